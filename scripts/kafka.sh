@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Runs a real single-node Apache Kafka broker (KRaft, combined broker+controller) on 127.0.0.1.
+#
+#   scripts/kafka.sh start|stop|status|restart|logs
+#
+# Environment:
+#   KAFKA_PORT      listener port (default 9092); the controller listens on KAFKA_PORT+1000
+#   KAFKA_VERSION   Apache Kafka version fetched from Maven Central (default 3.9.2)
+#   KAFKA_HOME      an unpacked Apache Kafka distribution to use instead of fetching jars
+#   KAFKA_CACHE     where fetched jars live (default ~/.cache/snowsource/kafka-$KAFKA_VERSION)
+#   KAFKA_DATA      state directory: storage, pid and log (default .kafka/$KAFKA_PORT in the repo)
+#
+# Why jars from Maven Central: this project must run where only package registries are reachable,
+# so we assemble the broker's classpath with `mvn dependency:copy-dependencies` once and cache it.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KAFKA_PORT="${KAFKA_PORT:-9092}"
+KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
+KAFKA_CACHE="${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/snowsource/kafka-$KAFKA_VERSION}"
+KAFKA_DATA="${KAFKA_DATA:-$here/.kafka/$KAFKA_PORT}"
+CONTROLLER_PORT=$((KAFKA_PORT + 1000))
+PIDFILE="$KAFKA_DATA/kafka.pid"
+LOGFILE="$KAFKA_DATA/server.log"
+START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+
+classpath() {
+  if [[ -n "${KAFKA_HOME:-}" ]]; then
+    [[ -d "$KAFKA_HOME/libs" ]] || { log "KAFKA_HOME=$KAFKA_HOME has no libs/ directory"; exit 1; }
+    echo "$KAFKA_HOME/libs/*"
+    return
+  fi
+  if [[ ! -f "$KAFKA_CACHE/.complete" ]]; then
+    command -v mvn >/dev/null || { log "mvn not found: install Maven or set KAFKA_HOME"; exit 1; }
+    log "fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_CACHE (once)"
+    local work
+    work="$(mktemp -d)"
+    cat >"$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.snowsource</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
+  </dependencies>
+</project>
+POM
+    rm -rf "$KAFKA_CACHE"
+    mkdir -p "$KAFKA_CACHE/libs"
+    mvn -q -B -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$KAFKA_CACHE/libs" >&2
+    rm -rf "$work"
+    touch "$KAFKA_CACHE/.complete"
+  fi
+  echo "$KAFKA_CACHE/libs/*"
+}
+
+is_running() {
+  [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+}
+
+# Answers 0 once the broker returns a Metadata response that lists at least one broker.
+probe() {
+  python3 - "$KAFKA_PORT" <<'PY'
+import socket, struct, sys
+port = int(sys.argv[1])
+client = b"kafka.sh"
+# Metadata v1 request: api_key 3, version 1, correlation 1, client id, topics = null (all)
+body = struct.pack(">hhih", 3, 1, 1, len(client)) + client + struct.pack(">i", -1)
+try:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        head = s.recv(4)
+        if len(head) < 4:
+            sys.exit(1)
+        size = struct.unpack(">i", head)[0]
+        data = b""
+        while len(data) < size:
+            chunk = s.recv(size - len(data))
+            if not chunk:
+                sys.exit(1)
+            data += chunk
+    brokers = struct.unpack(">i", data[4:8])[0]
+    sys.exit(0 if brokers >= 1 else 1)
+except OSError:
+    sys.exit(1)
+PY
+}
+
+start() {
+  if is_running && probe; then
+    log "already running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+    return 0
+  fi
+  local cp
+  cp="$(classpath)"
+  mkdir -p "$KAFKA_DATA"
+  cat >"$KAFKA_DATA/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DATA/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=5
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.cleaner.backoff.ms=1000
+PROPS
+  cat >"$KAFKA_DATA/log4j.properties" <<'L4J'
+log4j.rootLogger=WARN, file
+log4j.logger.kafka.server.KafkaServer=INFO
+log4j.logger.kafka.server.BrokerServer=INFO
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.dir}/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+L4J
+  local java_opts=(-Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true
+    "-Dkafka.logs.dir=$KAFKA_DATA" "-Dlog4j.configuration=file:$KAFKA_DATA/log4j.properties")
+  if [[ ! -f "$KAFKA_DATA/data/meta.properties" ]]; then
+    java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format \
+      -t "$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+      -c "$KAFKA_DATA/server.properties" >"$KAFKA_DATA/format.log" 2>&1 \
+      || { log "formatting storage failed:"; cat "$KAFKA_DATA/format.log" >&2; exit 1; }
+  fi
+  log "starting Apache Kafka on 127.0.0.1:$KAFKA_PORT (data in $KAFKA_DATA)"
+  nohup java "${java_opts[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DATA/server.properties" \
+    >"$KAFKA_DATA/stdout.log" 2>&1 </dev/null &
+  echo $! >"$PIDFILE"
+  local waited=0
+  until probe; do
+    if ! is_running; then
+      log "broker exited during start-up; last log lines:"
+      tail -n 30 "$LOGFILE" "$KAFKA_DATA/stdout.log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    if ((waited >= START_TIMEOUT * 4)); then
+      log "broker did not answer a metadata request within ${START_TIMEOUT}s; see $LOGFILE"
+      exit 1
+    fi
+    sleep 0.25
+    waited=$((waited + 1))
+  done
+  log "ready on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+}
+
+stop() {
+  if ! is_running; then
+    log "not running"
+    rm -f "$PIDFILE"
+    return 0
+  fi
+  local pid
+  pid="$(cat "$PIDFILE")"
+  kill -TERM "$pid"
+  for _ in $(seq 1 120); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; log "stopped"; return 0; }
+    sleep 0.25
+  done
+  log "broker did not stop in 30s; killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PIDFILE"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  status)
+    if is_running && probe; then echo "running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+    else echo "not running"; exit 1; fi ;;
+  logs) tail -n "${2:-50}" "$LOGFILE" ;;
+  wipe) stop; rm -rf "$KAFKA_DATA" ;;
+  *) echo "usage: $0 start|stop|restart|status|logs [N]|wipe" >&2; exit 2 ;;
+esac

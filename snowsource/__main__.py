@@ -1,0 +1,5 @@
+"""Allow ``python -m snowsource``."""
+
+from snowsource.cli import main
+
+raise SystemExit(main())
