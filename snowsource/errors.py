@@ -2,14 +2,14 @@
 
     SnowsourceError
     ├── ConfigError              fix the configuration; exit 2 before anything is contacted
-    ├── OffsetError              a stored or submitted offset is unusable; FAIL that table, tell how to reset
+    ├── OffsetError              unusable stored/submitted offset: FAIL the table, say how to reset
     ├── ServiceNowError          anything the Table API answered or failed to answer
-    │   ├── RetriableError       back off with full jitter and try again (5xx, 408, timeouts, bad bodies)
+    │   ├── RetriableError       full-jitter backoff, retry (5xx, 408, timeouts, bad bodies)
     │   │   ├── RateLimitedError 429: wait ``retry_after`` when given, else back off
-    │   │   └── ExecutionTimeExceededError  500 "maximum execution time exceeded": halve the page, retry
+    │   │   └── ExecutionTimeExceededError  500 "maximum execution time": halve the page
     │   ├── AuthError            401 after one token refresh: FAIL the table (credentials are wrong)
     │   └── TableError           403 / 400 / 404 or an impossible answer: FAIL that table
-    ├── TableFailedError         a table must stop with a diagnostic (rows out of order, bad row, ...)
+    ├── TableFailedError         a table must stop with a diagnostic (rows out of order, bad row)
     ├── KafkaSinkError           Kafka refused a record for good (too large, not authorised)
     └── FencedError              a newer process with the same task.id took over; exit 1
 
