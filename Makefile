@@ -1,0 +1,55 @@
+# One entry point for everything. `make demo` runs snowsource on the bundled emulator and a local
+# Kafka; `make test` runs the whole test suite. Both do all set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status demo emulator bench clean
+
+all: lint test
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+kafka-up:
+	scripts/kafka.sh start
+
+kafka-down:
+	scripts/kafka.sh stop
+
+kafka-status:
+	scripts/kafka.sh status
+
+test: install kafka-up
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+emulator: install
+	$(BIN)/snowsource emulator --port 8080
+
+demo: install kafka-up
+	$(BIN)/python scripts/demo.py
+
+bench: install kafka-up
+	$(BIN)/python -m bench.throughput
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

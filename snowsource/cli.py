@@ -1,0 +1,105 @@
+"""The ``snowsource`` command line (SPEC §1).
+
+Exit codes: 0 clean shutdown; 2 invalid configuration or usage (nothing was contacted); 1 fatal
+runtime error (Kafka unreachable at start, unusable offsets topic, fenced by a newer process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from snowsource import __version__
+from snowsource.errors import ConfigError, FencedError, SnowsourceError
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="snowsource",
+        description="Stream ServiceNow tables into Apache Kafka with Connect-compatible offsets.",
+    )
+    parser.add_argument("--version", action="version", version=f"snowsource {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    config_help = "configuration file (default: $SNOWSOURCE_CONFIG, then ./config.yaml)"
+
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run.add_argument("--config", help=config_help)
+
+    check = sub.add_parser("check", help="check configuration, Kafka and ServiceNow")
+    check.add_argument("--config", help=config_help)
+
+    sub.add_parser("offsets", help="inspect, rewind and reset stored offsets", add_help=False)
+    sub.add_parser("emulator", help="run the bundled ServiceNow Table API emulator", add_help=False)
+    return parser
+
+
+def _load(path: str | None) -> object:
+    from snowsource.config import load_config
+
+    loaded = load_config(path)
+    for warning in loaded.warnings:
+        structlog.get_logger("snowsource.config").warning(warning)
+    return loaded
+
+
+def cmd_run(config_path: str | None) -> int:
+    """``snowsource run``."""
+    from snowsource.config import LoadedConfig
+    from snowsource.daemon import run_until_signal
+    from snowsource.logs import configure_logging
+
+    loaded = _load(config_path)
+    assert isinstance(loaded, LoadedConfig)
+    settings = loaded.settings
+    configure_logging(str(settings.log.format), str(settings.log.level))
+    for warning in loaded.warnings:
+        structlog.get_logger("snowsource.config").warning(warning)
+    try:
+        return asyncio.run(run_until_signal(settings))
+    except FencedError as exc:
+        structlog.get_logger("snowsource").error("fenced", error=str(exc))
+        return EXIT_RUNTIME
+    except SnowsourceError as exc:
+        structlog.get_logger("snowsource").error("fatal", error=str(exc))
+        return EXIT_RUNTIME
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``snowsource`` console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] == "emulator":
+        from snowsource.emulator.cli import main as emulator_main
+
+        return emulator_main(args_list[1:])
+    if args_list and args_list[0] == "offsets":
+        from snowsource.offsets_cli import main as offsets_main
+
+        return offsets_main(args_list[1:])
+    parser = _parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "run":
+            return cmd_run(args.config)
+        if args.command == "check":
+            from snowsource.check import main as check_main
+
+            return check_main(args.config)
+    except ConfigError as exc:
+        print(f"snowsource: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    parser.print_help()
+    return EXIT_USAGE

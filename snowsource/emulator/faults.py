@@ -1,0 +1,105 @@
+"""Injectable faults: what a flaky instance, proxy or network does to Table API requests.
+
+No I/O here; the app asks :meth:`Faults.take` for the next fault that matches a request and acts
+it out. Faults are consumed in FIFO order: the first pending fault whose ``table`` matches
+(``None`` matches any Table API request) is used and its ``times`` counter decremented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+FaultKind = Literal["status", "malformed", "truncated", "slow", "disconnect"]
+_KINDS = ("status", "malformed", "truncated", "slow", "disconnect")
+
+
+@dataclasses.dataclass
+class Fault:
+    """One injected fault.
+
+    - ``status``: answer ``status`` at once, as a JSON error envelope, or an HTML page when
+      ``html`` is set (``status=200, html=True`` is a hibernating developer instance). For 429,
+      ``retry_after`` (seconds) adds a ``Retry-After`` header; ``None`` leaves it out (semaphore
+      saturation).
+    - ``malformed``: 200 with a body that is not JSON.
+    - ``truncated``: 200 whose body stops half way (the connection closes before
+      ``Content-Length`` bytes arrived).
+    - ``slow``: wait ``delay`` wall-clock seconds, then answer normally.
+    - ``disconnect``: close the connection without any response.
+    """
+
+    kind: FaultKind
+    status: int = 200
+    html: bool = False
+    retry_after: float | None = None
+    delay: float = 0.0
+    times: int | None = 1
+    table: str | None = None
+    message: str | None = None
+
+
+class Faults:
+    """The FIFO queue of pending faults."""
+
+    def __init__(self) -> None:
+        self._pending: list[Fault] = []
+
+    def add(
+        self,
+        *,
+        status: int | None = None,
+        kind: FaultKind | None = None,
+        html: bool = False,
+        retry_after: float | None = None,
+        delay: float = 0.0,
+        times: int | None = 1,
+        table: str | None = None,
+        message: str | None = None,
+    ) -> Fault:
+        """Queue a fault; ``times=None`` keeps it forever (until :meth:`clear`)."""
+        if kind is None:
+            if status is None:
+                raise ValueError("a fault needs a status or a kind")
+            kind = "status"
+        if kind not in _KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        if kind == "status" and status is None:
+            raise ValueError("a status fault needs a status")
+        if times is not None and times < 1:
+            raise ValueError("times must be >= 1 (or None for ever)")
+        fault = Fault(
+            kind=kind,
+            status=status if status is not None else 200,
+            html=html,
+            retry_after=retry_after,
+            delay=delay,
+            times=times,
+            table=table,
+            message=message,
+        )
+        self._pending.append(fault)
+        return fault
+
+    def take(self, table: str) -> Fault | None:
+        """Consume the first pending fault matching ``table``, if any."""
+        for index, fault in enumerate(self._pending):
+            if fault.table is None or fault.table == table:
+                if fault.times is not None:
+                    fault.times -= 1
+                    if fault.times == 0:
+                        del self._pending[index]
+                return fault
+        return None
+
+    def clear(self) -> None:
+        """Drop every pending fault."""
+        self._pending.clear()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def pending(self) -> list[Fault]:
+        """A copy of the queue, oldest first."""
+        return list(self._pending)

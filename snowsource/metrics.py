@@ -1,0 +1,115 @@
+"""Every Prometheus metric snowsource exposes, in one place (SPEC §9).
+
+Call sites use these objects, never ad-hoc names. All per-table metrics carry the ``table`` label
+(the table's alias, which is unique within a process).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ROWS_EMITTED = Counter(
+    "snowsource_rows_emitted", "Rows produced to Kafka", ["table"], registry=REGISTRY
+)
+ROWS_SUPPRESSED = Counter(
+    "snowsource_rows_suppressed",
+    "Rows read again but byte-identical to what was already emitted (dedup)",
+    ["table"],
+    registry=REGISTRY,
+)
+ROWS_LATE = Counter(
+    "snowsource_rows_late",
+    "Rows found below the cursor that had not been emitted (late commits)",
+    ["table"],
+    registry=REGISTRY,
+)
+PAGES = Counter("snowsource_pages", "Table API pages read", ["table"], registry=REGISTRY)
+HTTP_REQUESTS = Counter(
+    "snowsource_http_requests",
+    "ServiceNow HTTP requests by status code (0 = no response)",
+    ["table", "status"],
+    registry=REGISTRY,
+)
+HTTP_LATENCY = Histogram(
+    "snowsource_http_request_seconds",
+    "ServiceNow request latency",
+    ["table"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "snowsource_retries", "ServiceNow requests retried after an error", ["table"], registry=REGISTRY
+)
+THROTTLED_SECONDS = Counter(
+    "snowsource_throttled_seconds",
+    "Seconds spent waiting because ServiceNow answered 429",
+    ["table"],
+    registry=REGISTRY,
+)
+LAG_SECONDS = Gauge(
+    "snowsource_lag_seconds",
+    "Instance time minus the point up to which the table is known complete",
+    ["table"],
+    registry=REGISTRY,
+)
+PHASE = Gauge(
+    "snowsource_phase",
+    "1 for the table's current phase (backfill or stream), 0 otherwise",
+    ["table", "phase"],
+    registry=REGISTRY,
+)
+TABLE_STATE = Gauge(
+    "snowsource_table_state",
+    "1 for the table's current state (RUNNING, FAILED, STOPPED, ...), 0 otherwise",
+    ["table", "state"],
+    registry=REGISTRY,
+)
+OFFSETS_COMMITTED = Counter(
+    "snowsource_offsets_committed",
+    "Offset records written to the offsets topic",
+    ["table"],
+    registry=REGISTRY,
+)
+PRODUCE_ERRORS = Counter(
+    "snowsource_produce_errors", "Records Kafka did not acknowledge", ["table"], registry=REGISTRY
+)
+DEDUP_EVICTIONS = Counter(
+    "snowsource_dedup_evictions",
+    "Dedup cache entries evicted because dedup.max.entries was reached",
+    ["table"],
+    registry=REGISTRY,
+)
+
+PHASES = ("backfill", "stream")
+STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
+
+ALL_METRIC_NAMES = (
+    "snowsource_rows_emitted",
+    "snowsource_rows_suppressed",
+    "snowsource_rows_late",
+    "snowsource_pages",
+    "snowsource_http_requests",
+    "snowsource_http_request_seconds",
+    "snowsource_retries",
+    "snowsource_throttled_seconds",
+    "snowsource_lag_seconds",
+    "snowsource_phase",
+    "snowsource_table_state",
+    "snowsource_offsets_committed",
+    "snowsource_produce_errors",
+    "snowsource_dedup_evictions",
+)
+
+
+def set_phase(table: str, phase: str) -> None:
+    """Mark ``phase`` as the table's current phase."""
+    for name in PHASES:
+        PHASE.labels(table=table, phase=name).set(1 if name == phase else 0)
+
+
+def set_state(table: str, state: str) -> None:
+    """Mark ``state`` as the table's current state."""
+    for name in STATES:
+        TABLE_STATE.labels(table=table, state=name).set(1 if name == state else 0)

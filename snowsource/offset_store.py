@@ -1,0 +1,200 @@
+"""The offsets topic: the only code that reads or writes it (SPEC §4).
+
+Records are Kafka Connect's: key ``["<connector>",{partition}]`` in canonical bytes, value the
+offset JSON, ``null`` to delete. The store reads the whole topic once at start (every partition
+from the beginning up to the end offsets taken then), keeps the last value per exact key bytes,
+and writes with ``acks=all`` through the default murmur2 partitioner, like a Connect worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from snowsource.kafka import (
+    KafkaConnection,
+    TopicConfigError,
+    admin_client,
+    create_topic,
+    describe_topic_configs,
+    existing_topics,
+)
+from snowsource.offsets_codec import SourcePartition, encode_key, parse_key
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One live record of this connector in the offsets topic."""
+
+    key: bytes
+    partition: dict[str, object]
+    value: bytes
+
+
+class OffsetStore:
+    """Read and write one connector's source offsets in a Connect-compatible offsets topic."""
+
+    def __init__(
+        self,
+        conn: KafkaConnection,
+        *,
+        topic: str,
+        connector: str,
+        partitions: int = 25,
+        replication_factor: int = -1,
+        create: bool = True,
+    ) -> None:
+        self._conn = conn
+        self.topic = topic
+        self.connector = connector
+        self._partitions = partitions
+        self._replication_factor = replication_factor
+        self._create = create
+        self._data: dict[bytes, bytes] = {}
+        self._producer: AIOKafkaProducer | None = None
+        self._num_partitions = 0
+        self._closed = False
+        self.loaded = asyncio.Event()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Create or verify the topic, start the producer and read the topic to its end."""
+        await self._ensure_topic()
+        producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
+        await producer.start()
+        self._producer = producer
+        await self.load()
+
+    async def close(self) -> None:
+        """Flush pending writes and close. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def _ensure_topic(self) -> None:
+        async with admin_client(self._conn) as admin:
+            found = await existing_topics(admin, [self.topic])
+            if self.topic not in found:
+                if not self._create:
+                    raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
+                await create_topic(
+                    admin,
+                    self.topic,
+                    partitions=self._partitions,
+                    replication_factor=self._replication_factor,
+                    configs={"cleanup.policy": "compact"},
+                )
+                found = await existing_topics(admin, [self.topic])
+            configs = await describe_topic_configs(admin, self.topic)
+        policy = configs.get("cleanup.policy", "")
+        if policy != "compact":
+            # Same rule as a Connect worker: anything but exactly "compact" can lose offsets.
+            raise TopicConfigError(
+                f"offsets topic {self.topic!r} has cleanup.policy={policy!r}; it must be exactly "
+                f"'compact' (fix it with: kafka-configs --alter --entity-type topics "
+                f"--entity-name {self.topic} --add-config cleanup.policy=compact), or point "
+                f"offset.storage.topic at another topic"
+            )
+        self._num_partitions = found[self.topic]
+
+    async def load(self) -> None:
+        """(Re)read every partition from the beginning to the end offsets taken now."""
+        consumer = AIOKafkaConsumer(
+            **self._conn.client_kwargs(),
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_uncommitted",
+        )
+        await consumer.start()
+        data: dict[bytes, bytes] = {}
+        try:
+            tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            end = await consumer.end_offsets(tps)
+            remaining = {tp for tp in tps if end[tp] > 0}
+            while remaining:
+                batch = await consumer.getmany(*remaining, timeout_ms=1000, max_records=10000)
+                for records in batch.values():
+                    for record in records:
+                        if record.key is None:
+                            continue
+                        if record.value is None:
+                            data.pop(record.key, None)
+                        else:
+                            data[record.key] = record.value
+                remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
+        finally:
+            await consumer.stop()
+        self._data = data
+        self.loaded.set()
+        log.info("offsets loaded", topic=self.topic, keys=len(data))
+
+    def entries(self) -> list[StoredEntry]:
+        """Live records of this connector whose key parses (others are logged and ignored)."""
+        found: list[StoredEntry] = []
+        for key, value in self._data.items():
+            parsed = parse_key(key)
+            if parsed is None:
+                log.warning("ignoring offsets record with unparseable key", key=key[:200])
+                continue
+            name, partition = parsed
+            if name == self.connector:
+                found.append(StoredEntry(key=key, partition=partition, value=value))
+        return found
+
+    def get(self, partition: SourcePartition) -> bytes | None:
+        """The stored value under the canonical key, if any."""
+        return self._data.get(encode_key(self.connector, partition))
+
+    def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None:
+        """A record for ``partition`` stored under non-canonical key bytes (key order, escaping)."""
+        canonical = encode_key(self.connector, partition)
+        wanted = partition.as_dict()
+        for entry in self.entries():
+            if entry.key != canonical and entry.partition == wanted:
+                return entry
+        return None
+
+    async def write(
+        self, partition: SourcePartition | Mapping[str, object], value: bytes | None
+    ) -> None:
+        """Write (or with ``None`` delete) one partition's offset; returns once Kafka acked it."""
+        await self.write_raw(encode_key(self.connector, partition), value)
+
+    async def write_raw(self, key: bytes, value: bytes | None) -> None:
+        """Write exact key bytes (used to tombstone a foreign spelling)."""
+        if self._producer is None or self._closed:
+            raise RuntimeError("offset store is not started")
+        await self._producer.send_and_wait(self.topic, value, key=key)
+        if value is None:
+            self._data.pop(key, None)
+        else:
+            self._data[key] = value
+
+    @property
+    def num_partitions(self) -> int:
+        """Partition count of the offsets topic."""
+        return self._num_partitions

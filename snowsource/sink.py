@@ -1,0 +1,160 @@
+"""The data producer: rows to Kafka records (SPEC §3), with acks=all and idempotence.
+
+``send`` returns the broker acknowledgement as a future and never waits for it, so a page of
+rows is handed to the producer at once and batched; the poller decides what an ack means for
+offsets. Errors are classified here: retrying cannot cure a record that is too large or a topic
+we may not write, so those become :class:`KafkaSinkError`; everything else keeps aiokafka's
+``retriable`` verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+
+from snowsource.errors import KafkaSinkError
+from snowsource.kafka import KafkaConnection, admin_client, create_topic, existing_topics
+
+log = structlog.get_logger(__name__)
+
+_FATAL = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    InvalidTopicError,
+)
+
+
+def is_fatal_produce_error(exc: BaseException) -> bool:
+    """True when retrying the record cannot succeed (SPEC §6)."""
+    if isinstance(exc, _FATAL):
+        return True
+    return isinstance(exc, KafkaError) and not exc.retriable and not _is_transient(exc)
+
+
+def _is_transient(exc: KafkaError) -> bool:
+    # aiokafka marks some outage symptoms (request timeouts, producer closed during a restart)
+    # as non-retriable although the broker coming back cures them; an internal restart with
+    # backoff is the right answer for those, never a FAILED table.
+    name = type(exc).__name__
+    return name in {"KafkaTimeoutError", "RequestTimedOutError", "KafkaConnectionError"}
+
+
+class RecordSink:
+    """One idempotent producer shared by every table of the process."""
+
+    def __init__(
+        self,
+        conn: KafkaConnection,
+        *,
+        linger_ms: int = 5,
+        max_request_size: int = 1048576,
+        compression_type: str = "none",
+    ) -> None:
+        self._conn = conn
+        self._producer = AIOKafkaProducer(
+            **conn.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=linger_ms,
+            max_request_size=max_request_size,
+            compression_type=None if compression_type == "none" else compression_type,
+        )
+        self._started = False
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect the producer."""
+        await self._producer.start()
+        self._started = True
+
+    async def close(self) -> None:
+        """Flush what is buffered and close. Safe to call more than once."""
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        self._closed = True
+        await self._producer.stop()
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> asyncio.Future[Any]:
+        """Hand one record to the producer; the returned future resolves on the broker's ack."""
+        try:
+            future: asyncio.Future[Any] = await self._producer.send(
+                topic, value, key=key, headers=list(headers)
+            )
+        except _FATAL as exc:
+            raise KafkaSinkError(f"Kafka refused the record for topic {topic}: {exc!r}") from exc
+        return future
+
+    async def flush(self) -> None:
+        """Wait until everything handed to the producer is acknowledged or failed."""
+        await self._producer.flush()
+
+
+async def ensure_topics(
+    conn: KafkaConnection,
+    topics: Iterable[str],
+    *,
+    create: bool,
+    partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str],
+) -> dict[str, str]:
+    """Create missing output topics. Returns ``topic -> problem`` for topics that cannot be used."""
+    wanted = sorted(set(topics))
+    problems: dict[str, str] = {}
+    if not wanted:
+        return problems
+    async with admin_client(conn) as admin:
+        found = await existing_topics(admin, wanted)
+        for topic in wanted:
+            if topic in found:
+                continue
+            if not create:
+                problems[topic] = (
+                    f"topic {topic!r} does not exist and topic.creation.enable is false: "
+                    f"create it, or set topic.creation.enable: true"
+                )
+                continue
+            try:
+                await create_topic(
+                    admin,
+                    topic,
+                    partitions=partitions,
+                    replication_factor=replication_factor,
+                    configs=configs,
+                )
+            except (UnknownTopicOrPartitionError, KafkaError) as exc:
+                problems[topic] = f"could not create topic {topic!r}: {exc!r}"
+    return problems

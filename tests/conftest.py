@@ -1,0 +1,71 @@
+"""Shared fixtures: the real local Kafka broker and uniquely named topics.
+
+The broker comes from ``SNOWSOURCE_TEST_KAFKA`` (a bootstrap address) when set; otherwise the
+project's own ``scripts/kafka.sh`` starts it (idempotent, and quick once its jars are cached).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tests.kafka_support import REPO, LocalBroker, unique
+
+TopicFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker for the whole session."""
+    configured = os.environ.get("SNOWSOURCE_TEST_KAFKA")
+    if configured:
+        yield configured
+        return
+    broker = LocalBroker(port=9092, data_dir=REPO / ".kafka" / "9092")
+    broker.start()
+    yield broker.bootstrap
+
+
+@pytest.fixture
+async def kafka_admin(kafka_bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def topic_factory(kafka_admin: AIOKafkaAdminClient) -> AsyncIterator[TopicFactory]:
+    """Create uniquely named topics; they are deleted at teardown."""
+    created: list[str] = []
+
+    async def make(
+        prefix: str = "t", *, partitions: int = 1, configs: dict[str, str] | None = None
+    ) -> str:
+        name = unique(prefix)
+        await kafka_admin.create_topics(
+            [NewTopic(name, partitions, 1, topic_configs=configs or {})]
+        )
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        await kafka_admin.delete_topics(created)
+
+
+@pytest.fixture
+def name_factory() -> Callable[[str], str]:
+    """Unique names for topics the code under test creates itself."""
+    return unique
+
+
+@pytest.fixture(scope="session")
+def shared_testdata() -> Path:
+    return REPO.parent / "shared" / "testdata"

@@ -1,0 +1,39 @@
+"""Helpers to run the project's real local Kafka broker from tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+KAFKA_SCRIPT = REPO / "scripts" / "kafka.sh"
+
+
+@dataclass
+class LocalBroker:
+    """A broker started by ``scripts/kafka.sh`` on its own port and data directory."""
+
+    port: int
+    data_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self, action: str) -> None:
+        env = {**os.environ, "KAFKA_PORT": str(self.port), "KAFKA_DATA": str(self.data_dir)}
+        subprocess.run([str(KAFKA_SCRIPT), action], env=env, check=True, timeout=180)
+
+    def start(self) -> None:
+        self._run("start")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (topics, connector names, groups)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
