@@ -49,6 +49,7 @@ _HTML_PAGE = (
 )
 # Deliberately not JSON: a proxy or a half-written page.
 _MALFORMED_BODY = b'{"result": [{"sys_id": "0f3e", "number": INC0010001, <html>'
+_DROPPED = "snowsource.emulator.dropped"
 _ACCEPTABLE = ("json", "*/*", "application/*")
 
 
@@ -95,6 +96,7 @@ async def _table_request(request: web.Request, handler: Handler, emu: Emulator,
         if fault.kind == "disconnect":
             if request.transport is not None:
                 request.transport.abort()
+            request[_DROPPED] = True
             return web.Response(status=499)
         if fault.kind == "slow":
             await asyncio.sleep(fault.delay)
@@ -151,8 +153,7 @@ async def _pipeline(request: web.Request, handler: Handler) -> web.StreamRespons
     except web.HTTPException as exc:
         entry.status = exc.status
         raise
-    transport = request.transport
-    entry.status = 0 if transport is None or transport.is_closing() else response.status
+    entry.status = 0 if request.get(_DROPPED) else response.status
     return response
 
 
