@@ -368,9 +368,13 @@ CursorField = Annotated[str, AfterValidator(_check_cursor_field)]
 FieldName = Annotated[str, AfterValidator(_check_field_name)]
 OptionalPath = Annotated[str | None, BeforeValidator(_empty_to_none)]
 
-_FROZEN = ConfigDict(
-    frozen=True, extra="forbid", validate_by_alias=True, validate_by_name=False, strict=False
-)
+
+class _Section(BaseModel):
+    """Base of every section: frozen, unknown keys rejected, YAML keys (aliases) only."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_alias=True, validate_by_name=False
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,10 +382,8 @@ _FROZEN = ConfigDict(
 # --------------------------------------------------------------------------------------------
 
 
-class HttpConfig(BaseModel):
+class HttpConfig(_Section):
     """``snow.http``: timeouts, concurrency and retry knobs of the ServiceNow client."""
-
-    model_config = _FROZEN
 
     connect_timeout_ms: PositiveInt = Field(10000, alias="connect.timeout.ms")
     request_timeout_ms: PositiveInt = Field(60000, alias="request.timeout.ms")
@@ -390,8 +392,9 @@ class HttpConfig(BaseModel):
     retry_max_backoff_ms: PositiveInt = Field(
         30000, alias="retry.max.backoff.ms", validate_default=True
     )
+    # May carry proxy credentials: kept out of repr, and redacted_dict masks the password.
     proxy_url: Annotated[OptionalPath, AfterValidator(lambda v: v and _check_proxy_url(v))] = Field(
-        None, alias="proxy.url"
+        None, alias="proxy.url", repr=False
     )
     ca_file: OptionalPath = Field(None, alias="ca.file")
 
@@ -407,10 +410,8 @@ class HttpConfig(BaseModel):
 _SECRET_AUTH_KEYS: Final = frozenset({"password", "oauth.client.secret", "api.key"})
 
 
-class AuthConfig(BaseModel):
+class AuthConfig(_Section):
     """``snow.auth``: how snowsource authenticates to ServiceNow."""
-
-    model_config = _FROZEN
 
     type: Annotated[AuthType, _case_insensitive(AuthType)] = AuthType.BASIC
     username: Annotated[str | None, BeforeValidator(_empty_to_none)] = None
@@ -451,15 +452,13 @@ class AuthConfig(BaseModel):
         return self
 
 
-class TableConfig(BaseModel):
+class TableConfig(_Section):
     """One entry of ``snow.tables`` with every per-table value resolved.
 
     ``topic`` defaults to ``{topic.prefix}{alias}``; ``batch_size``, ``poll_interval_ms``,
     ``overlap_seconds`` and ``safety_lag_seconds`` fall back to the top-level keys of the same
     name when the table does not set them — consumers read them here only.
     """
-
-    model_config = _FROZEN
 
     name: Annotated[str, Field(min_length=1)]
     topic: TopicName
@@ -525,10 +524,8 @@ def _instance_of(url: str) -> str:
     return host
 
 
-class SnowConfig(BaseModel):
+class SnowConfig(_Section):
     """``snow``: the instance, its credentials, HTTP client settings and the tables to stream."""
-
-    model_config = _FROZEN
 
     url: Annotated[str, AfterValidator(_check_snow_url)]
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -582,10 +579,8 @@ class SnowConfig(BaseModel):
         return self.auth.oauth_token_url or f"{self.url}/oauth_token.do"
 
 
-class KafkaConfig(BaseModel):
+class KafkaConfig(_Section):
     """``kafka``: the producer and admin client connection."""
-
-    model_config = _FROZEN
 
     bootstrap_servers: Annotated[
         str, BeforeValidator(_join_servers), AfterValidator(_check_servers)
@@ -634,10 +629,8 @@ class KafkaConfig(BaseModel):
         return self
 
 
-class RestConfig(BaseModel):
+class RestConfig(_Section):
     """``rest``: the Kafka Connect compatible REST API."""
-
-    model_config = _FROZEN
 
     enabled: bool = True
     host: NonEmptyStr = "127.0.0.1"
@@ -646,10 +639,8 @@ class RestConfig(BaseModel):
     auth_token: Secret | None = Field(None, alias="auth.token")
 
 
-class LogConfig(BaseModel):
+class LogConfig(_Section):
     """``log``: output format and level."""
-
-    model_config = _FROZEN
 
     format: Annotated[LogFormat, _case_insensitive(LogFormat)] = LogFormat.AUTO
     level: Annotated[LogLevel, _case_insensitive(LogLevel, {"warn": "WARNING"})] = LogLevel.INFO
@@ -1209,7 +1200,9 @@ def _validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
         if loc and loc[-1] == "[key]":
             # A dict key (a table alias) failed: report it at the alias itself.
             loc = loc[:-1]
-        loc = _aliased_loc(loc)
+        if error["type"] != "extra_forbidden":
+            # An unknown key is the user's own spelling (maybe a field name): keep it.
+            loc = _aliased_loc(loc)
         if error["type"] == _PROBLEMS_ERROR:
             for sub, message in error["ctx"]["problems"]:
                 problems.append((_dotted((*loc, sub)), message))

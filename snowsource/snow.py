@@ -602,7 +602,7 @@ class ServiceNowClient:
         if auth is None:
             return {}, None
         if isinstance(auth, BasicAuth):
-            encoded = aiohttp.BasicAuth(auth.username, auth.password.get_secret_value()).encode()
+            encoded = aiohttp.encode_basic_auth(auth.username, auth.password.get_secret_value())
             return {"Authorization": encoded}, None
         if isinstance(auth, ApiKeyAuth):
             return {"x-sn-apikey": auth.api_key.get_secret_value()}, None

@@ -49,7 +49,7 @@ _HTML_PAGE = (
 )
 # Deliberately not JSON: a proxy or a half-written page.
 _MALFORMED_BODY = b'{"result": [{"sys_id": "0f3e", "number": INC0010001, <html>'
-_DROPPED = "snowsource.emulator.dropped"
+_DROPPED: web.RequestKey[bool] = web.RequestKey("snowsource.emulator.dropped", bool)
 _ACCEPTABLE = ("json", "*/*", "application/*")
 
 

@@ -26,7 +26,7 @@ from snowsource.emulator.render import DisplayMode, Renderer, columns_for
 from snowsource.emulator.schema import TableDef
 
 EMULATOR: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
-USER_KEY = "snowsource.emulator.user"
+USER_KEY: web.RequestKey[User] = web.RequestKey("snowsource.emulator.user", User)
 
 Row = Mapping[str, str]
 
