@@ -214,10 +214,10 @@ def _check_secret(value: SecretStr) -> SecretStr:
     return value
 
 
-def _check_url(value: str, *, allow_path: bool = True, allow_userinfo: bool = False) -> str:
+def _check_url(value: str, *, allow_userinfo: bool = False) -> str:
     try:
         parts = urlsplit(value.strip())
-        port = parts.port  # raises on a malformed port
+        _ = parts.port  # raises on a malformed port
     except ValueError as exc:
         raise ValueError(f"not a valid URL ({exc})") from None
     if parts.scheme.lower() not in ("http", "https"):
@@ -228,19 +228,16 @@ def _check_url(value: str, *, allow_path: bool = True, allow_userinfo: bool = Fa
         raise ValueError("must not have a query (?...) or fragment (#...)")
     if (parts.username is not None or parts.password is not None) and not allow_userinfo:
         raise ValueError("must not contain credentials: put them under snow.auth")
-    if parts.path.strip("/") and not allow_path:
-        raise ValueError("must not have a path")
-    del port
     # A trailing slash would double up when the client appends /api/now/v2/table/...
     return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-def _check_snow_url(value: str) -> str:
-    return _check_url(value)
+def _check_optional_url(value: str | None) -> str | None:
+    return None if value is None else _check_url(value)
 
 
-def _check_proxy_url(value: str) -> str:
-    return _check_url(value, allow_userinfo=True)
+def _check_optional_proxy_url(value: str | None) -> str | None:
+    return None if value is None else _check_url(value, allow_userinfo=True)
 
 
 def _check_topic(value: str) -> str:
@@ -393,7 +390,7 @@ class HttpConfig(_Section):
         30000, alias="retry.max.backoff.ms", validate_default=True
     )
     # May carry proxy credentials: kept out of repr, and redacted_dict masks the password.
-    proxy_url: Annotated[OptionalPath, AfterValidator(lambda v: v and _check_proxy_url(v))] = Field(
+    proxy_url: Annotated[OptionalPath, AfterValidator(_check_optional_proxy_url)] = Field(
         None, alias="proxy.url", repr=False
     )
     ca_file: OptionalPath = Field(None, alias="ca.file")
@@ -423,8 +420,8 @@ class AuthConfig(_Section):
         None, alias="oauth.client.id"
     )
     oauth_client_secret: Secret | None = Field(None, alias="oauth.client.secret")
-    oauth_token_url: Annotated[OptionalPath, AfterValidator(lambda v: v and _check_snow_url(v))] = (
-        Field(None, alias="oauth.token.url")
+    oauth_token_url: Annotated[OptionalPath, AfterValidator(_check_optional_url)] = Field(
+        None, alias="oauth.token.url"
     )
     api_key: Secret | None = Field(None, alias="api.key")
 
@@ -527,7 +524,7 @@ def _instance_of(url: str) -> str:
 class SnowConfig(_Section):
     """``snow``: the instance, its credentials, HTTP client settings and the tables to stream."""
 
-    url: Annotated[str, AfterValidator(_check_snow_url)]
+    url: Annotated[str, AfterValidator(_check_url)]
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     tables: dict[TableAlias, TableConfig] = Field(default_factory=dict, validate_default=True)

@@ -24,8 +24,10 @@ from snowsource import metrics
 from snowsource.assignment import assign
 from snowsource.clock import InstanceClock
 from snowsource.config import AuthType, Settings, TableConfig, redacted_dict
+from snowsource.errors import FencedError
 from snowsource.kafka import KafkaConnection, wait_for_kafka
 from snowsource.logs import register_secrets
+from snowsource.membership import GroupMembership
 from snowsource.offset_store import OffsetStore
 from snowsource.offsets_codec import legacy_partition_for, partition_for
 from snowsource.poller import Poller, TableSpec, TableState
@@ -163,6 +165,9 @@ class Daemon:
             settings.snow.http.retry_max_backoff_ms / 1000,
         )
         self.ready = asyncio.Event()
+        self.fenced_by: str | None = None
+        self.membership: GroupMembership | None = None
+        self._shutdown: asyncio.Event | None = None
         register_secrets(
             _secret(s)
             for s in (
@@ -255,17 +260,45 @@ class Daemon:
                 replication_factor=s.topic_creation_replication_factor,
                 configs=s.topic_creation_configs,
             )
+            if s.rest.enabled:
+                from snowsource.rest import RestServer
+
+                await stack.enter_async_context(RestServer(self))
+            membership = await stack.enter_async_context(
+                GroupMembership(
+                    conn,
+                    connector=s.name,
+                    task_id=s.task_id,
+                    topic=s.offset_storage_topic,
+                    on_fenced=self._fenced,
+                )
+            )
+            self.membership = membership
             await self.start_pollers()
             self.ready.set()
             if on_ready is not None:
                 on_ready()
+            self._shutdown = shutdown
             try:
                 await shutdown.wait()
             finally:
                 log.info("shutting down", timeout_s=s.shutdown_timeout_seconds)
                 await self.stop_pollers(deadline=time.monotonic() + s.shutdown_timeout_seconds)
         log.info("shutdown complete")
+        if self.fenced_by is not None:
+            raise FencedError(
+                f"a newer process with task.id {s.task_id} took over ({self.fenced_by}); "
+                f"this one committed what Kafka acknowledged and stopped"
+            )
         return 0
+
+    def _fenced(self, newer: str) -> None:
+        """Called by the group membership when a newer member has our task id."""
+        if self.fenced_by is None:
+            self.fenced_by = newer
+            log.error("fenced by a newer process with the same task.id", newer=newer)
+            if self._shutdown is not None:
+                self._shutdown.set()
 
     async def start_pollers(self) -> None:
         """Start a fresh generation of pollers from the stored offsets (start, resume, restart)."""

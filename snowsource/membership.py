@@ -1,0 +1,228 @@
+"""Liveness and fencing through a Kafka consumer group (SPEC §10).
+
+Every running process joins the group ``snowsource.<name>`` with dynamic membership; its client
+id carries its task id, start time, host and pid. After each rebalance (and periodically, as a
+safety net) a process describes the group: when another member carries the same task id and
+started later, this process is fenced — it stops its pollers, commits what Kafka acknowledged
+and exits 1. The offsets script describes the same group to refuse changes while anything runs.
+
+Kafka is the only shared medium, so this works from any machine that reaches the cluster; no
+lock files, no extra service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from snowsource.kafka import KafkaConnection, admin_client
+
+log = structlog.get_logger("snowsource.membership")
+
+_PREFIX = "snowsource"
+CHECK_INTERVAL_SECONDS = 15.0
+SESSION_TIMEOUT_MS = 10000
+
+
+def group_id(connector: str) -> str:
+    """The consumer group every process of ``connector`` joins."""
+    return f"snowsource.{connector}"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One live process of the connector, as the group describes it."""
+
+    member_id: str
+    task_id: int
+    started_ms: int
+    host: str
+    pid: int
+    client_host: str
+
+    def describe(self) -> str:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started_ms / 1000))
+        return f"task {self.task_id} on {self.host} (pid {self.pid}, started {started} UTC)"
+
+
+def client_id_for(task_id: int, started_ms: int) -> str:
+    """The client id that identifies this process in the group."""
+    return (
+        f"{_PREFIX}|task={task_id}|start={started_ms}|host={socket.gethostname()}|pid={os.getpid()}"
+    )
+
+
+def parse_client_id(member_id: str, client_id: str, client_host: str) -> Member | None:
+    """A group member written by :func:`client_id_for`; None for anything else."""
+    parts = client_id.split("|")
+    if not parts or parts[0] != _PREFIX:
+        return None
+    fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+    try:
+        return Member(
+            member_id=member_id,
+            task_id=int(fields["task"]),
+            started_ms=int(fields["start"]),
+            host=fields.get("host", "?"),
+            pid=int(fields.get("pid", "0")),
+            client_host=client_host,
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+async def describe_members(conn: KafkaConnection, connector: str) -> list[Member]:
+    """Every live process of ``connector`` (empty when none runs)."""
+    async with admin_client(conn) as admin:
+        responses: list[Any] = await admin.describe_consumer_groups([group_id(connector)])
+    members: list[Member] = []
+    for response in responses:
+        for group in response.to_object()["groups"]:
+            if group["error_code"]:
+                continue
+            for m in group["members"]:
+                member = parse_client_id(m["member_id"], m["client_id"], m["client_host"])
+                if member is not None:
+                    members.append(member)
+    return members
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: GroupMembership) -> None:
+        self._owner = owner
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        del revoked
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._owner.rebalanced(assigned)
+
+
+class GroupMembership:
+    """This process's membership in the connector's group; calls ``on_fenced`` once if fenced."""
+
+    def __init__(
+        self,
+        conn: KafkaConnection,
+        *,
+        connector: str,
+        task_id: int,
+        topic: str,
+        on_fenced: Callable[[str], None],
+        check_interval: float = CHECK_INTERVAL_SECONDS,
+    ) -> None:
+        self._conn = conn
+        self.connector = connector
+        self.task_id = task_id
+        self._topic = topic
+        self._on_fenced = on_fenced
+        self._check_interval = check_interval
+        self.started_ms = int(time.time() * 1000)
+        self.client_id = client_id_for(task_id, self.started_ms)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._check_now = asyncio.Event()
+        self._fenced = False
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Join the group (the join itself makes any older duplicate see us)."""
+        kwargs = self._conn.client_kwargs()
+        kwargs["client_id"] = self.client_id
+        consumer = AIOKafkaConsumer(
+            **kwargs,
+            group_id=group_id(self.connector),
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=1000,
+            rebalance_timeout_ms=SESSION_TIMEOUT_MS,
+        )
+        # We are in the group for liveness only; the subscription gives the group something to
+        # assign, and assigned partitions are paused so nothing is ever fetched.
+        consumer.subscribe([self._topic], listener=_Listener(self))
+        await consumer.start()
+        self._consumer = consumer
+        self._task = asyncio.create_task(self._loop(), name="membership")
+        self._check_now.set()
+
+    async def close(self) -> None:
+        """Leave the group (the offsets script then works at once). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    def rebalanced(self, assigned: list[TopicPartition]) -> None:
+        """Rebalance listener: pause what we were given and look at the group again."""
+        if self._consumer is not None and assigned:
+            self._consumer.pause(*assigned)
+        self._check_now.set()
+
+    async def _loop(self) -> None:
+        assert self._consumer is not None
+        consumer = self._consumer
+        while True:
+            # getmany drives the group protocol's callbacks; paused partitions return nothing.
+            await consumer.getmany(timeout_ms=500)
+            if self._check_now.is_set() or await self._due():
+                self._check_now.clear()
+                await self._check()
+
+    _last_check = 0.0
+
+    async def _due(self) -> bool:
+        return time.monotonic() - self._last_check >= self._check_interval
+
+    async def _check(self) -> None:
+        self._last_check = time.monotonic()
+        try:
+            members = await describe_members(self._conn, self.connector)
+        except Exception as exc:  # noqa: BLE001 - a liveness check must never kill the daemon
+            log.warning("could not describe the consumer group", error=repr(exc))
+            return
+        mine = self._member_id()
+        newer = [
+            m
+            for m in members
+            if m.task_id == self.task_id
+            and m.member_id != mine
+            # Ties on start time (same millisecond) are broken by member id, deterministically.
+            and (m.started_ms, m.member_id) > (self.started_ms, mine)
+        ]
+        if newer and not self._fenced:
+            self._fenced = True
+            self._on_fenced(newer[0].describe())
+
+    def _member_id(self) -> str:
+        consumer = self._consumer
+        if consumer is None:
+            return ""
+        coordinator = getattr(consumer, "_coordinator", None)
+        return str(getattr(coordinator, "member_id", "") or "")
