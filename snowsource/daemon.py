@@ -43,6 +43,7 @@ class ConnectorState(StrEnum):
     """Connector-level state as Kafka Connect names it."""
 
     RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
     STOPPED = "STOPPED"
     FAILED = "FAILED"
 
@@ -189,8 +190,8 @@ class Daemon:
     @property
     def state(self) -> ConnectorState:
         """RUNNING while any table runs, FAILED when all have failed (SPEC §8)."""
-        if self.target == ConnectorState.STOPPED:
-            return ConnectorState.STOPPED
+        if self.target in (ConnectorState.STOPPED, ConnectorState.PAUSED):
+            return self.target
         pollers = self.pollers
         if pollers and all(p.status.state == TableState.FAILED for p in pollers.values()):
             return ConnectorState.FAILED

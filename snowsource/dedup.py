@@ -51,7 +51,11 @@ class DedupCache:
         return len(self._entries)
 
     def contains(self, id: str) -> bool:
-        """Whether anything is remembered for ``id`` (a row below the cursor that is not is late)."""
+        """Whether anything is remembered for ``id``.
+
+        The poller uses it to tell a late commit (a row below the cursor that was never emitted)
+        from an overlap re-read.
+        """
         return id in self._entries
 
     def should_emit(self, id: str, ts: str, digest: bytes) -> bool:

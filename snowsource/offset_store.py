@@ -9,10 +9,11 @@ and writes with ``acks=all`` through the default murmur2 partitioner, like a Con
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -37,6 +38,18 @@ class StoredEntry:
     key: bytes
     partition: dict[str, object]
     value: bytes
+
+
+async def _wait_for_topic(admin: Any, topic: str, within: float = 30.0) -> dict[str, int]:
+    """A freshly created topic takes a moment to appear in metadata."""
+    deadline = time.monotonic() + within
+    while True:
+        found = await existing_topics(admin, [topic])
+        if topic in found or time.monotonic() > deadline:
+            if topic not in found:
+                raise TopicConfigError(f"topic {topic!r} was created but never became visible")
+            return found
+        await asyncio.sleep(0.1)
 
 
 class OffsetStore:
@@ -105,7 +118,7 @@ class OffsetStore:
                     replication_factor=self._replication_factor,
                     configs={"cleanup.policy": "compact"},
                 )
-                found = await existing_topics(admin, [self.topic])
+                found = await _wait_for_topic(admin, self.topic)
             configs = await describe_topic_configs(admin, self.topic)
         policy = configs.get("cleanup.policy", "")
         if policy != "compact":

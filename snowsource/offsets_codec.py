@@ -1,4 +1,4 @@
-"""Offsets-topic bytes, exactly as a Kafka Connect worker writes them (SPEC §4, connect-offsets §1, §9).
+"""Offsets-topic bytes exactly as a Kafka Connect worker writes them (SPEC §4, connect-offsets §9).
 
 Pure functions and frozen value objects, no I/O. This is the only code that knows the bytes:
 
@@ -34,6 +34,7 @@ from snowsource.errors import OffsetError
 from snowsource.query import legacy_query_fingerprint, query_fingerprint
 
 __all__ = [
+    "OFFSET_VERSION",
     "PHASES",
     "SourceOffset",
     "SourcePartition",
@@ -126,7 +127,7 @@ def java_hashmap_order(keys: Sequence[str]) -> list[str]:
         bins[bucket] += 1
         if bins[bucket] > _MAX_BIN:
             crowded = [
-                k for k, s in zip(unique, spreads, strict=False) if s & (capacity - 1) == bucket
+                k for k, s in zip(unique, spreads, strict=True) if s & (capacity - 1) == bucket
             ]
             raise ValueError(
                 f"{bins[bucket]} keys share one java.util.HashMap bucket (capacity {capacity}): "
@@ -174,7 +175,11 @@ def _java_double_digits(x: float) -> tuple[str, int]:
 
 
 def _java_double(x: float) -> str:
-    """``Double.toString(x)`` (JDK 19+); Jackson writes a ``double`` with it."""
+    """``Double.toString(x)`` as JDK 19+ prints it; Jackson writes a ``double`` with it.
+
+    JDK 18 and older print a few doubles with extra digits. Connect only ever parses values
+    (partitions hold no floats), so the parsed value, which is identical, is what counts.
+    """
     if not math.isfinite(x):
         raise ValueError(f"{x!r} cannot be written as a JSON number")
     if x == 0:
@@ -209,7 +214,7 @@ def _write(value: object, out: list[str]) -> None:
         keys = list(value)
         for key in keys:
             if not isinstance(key, str):
-                raise ValueError(f"map key {key!r} is not a string")
+                raise TypeError(f"map key {key!r} is not a string")
         out.append("{")
         for i, key in enumerate(java_hashmap_order(keys)):
             if i:
@@ -226,7 +231,7 @@ def _write(value: object, out: list[str]) -> None:
             _write(item, out)
         out.append("]")
     else:
-        raise ValueError(f"{type(value).__name__} is not a Connect schemaless JSON value")
+        raise TypeError(f"{type(value).__name__} is not a Connect schemaless JSON value")
 
 
 def encode_connect_json(value: object) -> bytes:
@@ -234,7 +239,8 @@ def encode_connect_json(value: object) -> bytes:
 
     ``dict`` → object with keys in ``HashMap`` order (what Connect's JSON → HashMap → JSON path
     produces), ``list`` → array, ``str``, ``int`` (int64 only), ``bool``, ``None``, and finite
-    ``float`` in ``Double.toString`` style. Anything else raises ``ValueError``.
+    ``float`` in ``Double.toString`` style. Like ``json.dumps``: ``TypeError`` for a type Connect
+    cannot hold, ``ValueError`` for a value it cannot hold (NaN, beyond int64, a crowded bucket).
     """
     out: list[str] = []
     _write(value, out)
@@ -245,13 +251,13 @@ def _check_primitive_map(what: str, mapping: Mapping[str, object]) -> None:
     """Connect's ``OffsetUtils.validateFormat`` rules, narrowed to what a key can hold exactly."""
     for key, item in mapping.items():
         if not isinstance(key, str):
-            raise ValueError(f"{what} key {key!r} is not a string")
+            raise TypeError(f"{what} key {key!r} is not a string")
         if isinstance(item, float):
-            raise ValueError(f"{what} value {key!r} is a float; partitions hold no floats")
+            raise TypeError(f"{what} value {key!r} is a float; partitions hold no floats")
         if isinstance(item, Mapping | list | tuple):
-            raise ValueError(f"{what} value {key!r} is nested; only primitive values are allowed")
+            raise TypeError(f"{what} value {key!r} is nested; only primitive values are allowed")
         if item is not None and not isinstance(item, str | int):
-            raise ValueError(f"{what} value {key!r} has unsupported type {type(item).__name__}")
+            raise TypeError(f"{what} value {key!r} has unsupported type {type(item).__name__}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,11 +348,11 @@ def legacy_partition_for(
 def encode_key(connector: str, partition: Mapping[str, object] | SourcePartition) -> bytes:
     """Canonical key bytes ``["<connector>",{partition}]`` — what Connect's own PATCH writes.
 
-    Raises ``ValueError`` for partitions Connect could not hold exactly (non-string keys,
-    floats, nested values, integers outside int64, 9+ keys in one ``HashMap`` bucket).
+    Raises ``TypeError`` for what a partition cannot hold (non-string keys, floats, nested
+    values) and ``ValueError`` for integers outside int64 or 9+ keys in one ``HashMap`` bucket.
     """
     if not isinstance(connector, str):
-        raise ValueError(f"connector name {connector!r} is not a string")
+        raise TypeError(f"connector name {connector!r} is not a string")
     mapping = partition.as_dict() if isinstance(partition, SourcePartition) else partition
     _check_primitive_map("partition", mapping)
     return encode_connect_json([connector, mapping])
@@ -432,7 +438,8 @@ def _timestamp_problem(value: str) -> str | None:
     if match is None:
         return f"timestamp {value!r} is not formatted YYYY-MM-DD HH:MM:SS"
     try:
-        datetime(*(int(part) for part in match.groups()))
+        year, month, day, hour, minute, second = map(int, match.groups())
+        datetime(year, month, day, hour, minute, second)
     except ValueError:
         return f"timestamp {value!r} is not a real date and time"
     return None
@@ -455,9 +462,11 @@ def _offset_problems(value: object, partition: SourcePartition) -> list[str]:
         problems.append(
             "unexpected key(s) " + ", ".join(extra) + " (a new key needs a new version)"
         )
-    for key in _OFFSET_KEYS:
-        if key in value and not isinstance(value[key], str):
-            problems.append(f"{key!r} is not a string (got {value[key]!r})")
+    problems.extend(
+        f"{key!r} is not a string (got {value[key]!r})"
+        for key in _OFFSET_KEYS
+        if key in value and not isinstance(value[key], str)
+    )
     timestamp = value.get("timestamp")
     if isinstance(timestamp, str) and (problem := _timestamp_problem(timestamp)):
         problems.append(problem)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from types import TracebackType
 from typing import Any, Final, Literal, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
@@ -390,6 +390,10 @@ class ServiceNowClient:
     ) -> None:
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
+        # Messages name URLs, so no URL may carry credentials (they belong in ``auth``).
+        for what, url in (("base_url", base_url), ("token_url", getattr(auth, "token_url", None))):
+            if url is not None and "@" in urlsplit(url).netloc:
+                raise ValueError(f"{what} must not contain credentials (user:password@)")
         self._base_url = base_url.rstrip("/")
         self._auth = auth
         self._connect_timeout = connect_timeout
@@ -582,6 +586,8 @@ class ServiceNowClient:
             values += [auth.client_secret, auth.password]
             if self._token is not None:
                 values += [self._token.access, self._token.refresh]
+        if self._proxy is not None:
+            values.append(urlsplit(self._proxy).password)
         plain = [v.get_secret_value() if isinstance(v, SecretStr) else v for v in values]
         return [v for v in plain if v]
 

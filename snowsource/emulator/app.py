@@ -83,16 +83,16 @@ async def _truncated(request: web.Request, response: web.StreamResponse) -> web.
     return cut
 
 
-async def _table_request(request: web.Request, handler: Handler, emu: Emulator,
-                         entry: Request) -> web.StreamResponse:
+async def _table_request(
+    request: web.Request, handler: Handler, emu: Emulator, entry: Request
+) -> web.StreamResponse:
     table = request.match_info["table"]
     fault = emu.faults.take(table)
     if fault is not None:
         if fault.kind == "status":
             return _fault_response(fault)
         if fault.kind == "malformed":
-            return web.Response(status=200, body=_MALFORMED_BODY,
-                                content_type="application/json")
+            return web.Response(status=200, body=_MALFORMED_BODY, content_type="application/json")
         if fault.kind == "disconnect":
             if request.transport is not None:
                 request.transport.abort()
@@ -102,8 +102,7 @@ async def _table_request(request: web.Request, handler: Handler, emu: Emulator,
             await asyncio.sleep(fault.delay)
     accept = request.headers.get("Accept", "")
     if accept and not any(token in accept for token in _ACCEPTABLE):
-        return error_response(406, "Not Acceptable",
-                              "The emulator only produces application/json")
+        return error_response(406, "Not Acceptable", "The emulator only produces application/json")
     now = emu.clock.timestamp()
     if emu.auth_enabled:
         user = emu.auth.authenticate(request.headers, request.query, now)
@@ -122,6 +121,7 @@ async def _table_request(request: web.Request, handler: Handler, emu: Emulator,
             "exceeded",
             headers={**decision.headers(), "Retry-After": str(decision.retry_after)},
         )
+    emu.run_request_hooks(entry)
     response = await handler(request)
     if decision is not None:
         response.headers.update(decision.headers())
@@ -164,8 +164,9 @@ async def _oauth_token(request: web.Request) -> web.Response:
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     answer = emu.auth.token_request(fields, emu.clock.timestamp())
     if answer is None:
-        return json_response({"error_description": "access_denied", "error": "server_error"},
-                             status=401)
+        return json_response(
+            {"error_description": "access_denied", "error": "server_error"}, status=401
+        )
     return json_response(answer)
 
 

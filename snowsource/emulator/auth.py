@@ -45,7 +45,7 @@ class User:
         if domain in ("", "global"):
             return True
         for own in self.domains:
-            if own == "global" or domain == own or domain.startswith(own + "/"):
+            if own in ("global", domain) or domain.startswith(own + "/"):
                 return True
         return False
 

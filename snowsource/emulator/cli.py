@@ -16,6 +16,7 @@ import structlog
 
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.server import serve
+from snowsource.logs import configure_logging
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -28,31 +29,51 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--tables", default="incident,change_request,cmdb_ci",
-                        help="comma-separated tables to seed (also task_sla, sys_user)")
+    parser.add_argument(
+        "--tables",
+        default="incident,change_request,cmdb_ci",
+        help="comma-separated tables to seed (also task_sla, sys_user)",
+    )
     parser.add_argument("--rows", type=int, default=1000, help="rows seeded per table")
-    parser.add_argument("--activity", type=float, default=0.0,
-                        help="rows inserted/updated per second in the background")
-    parser.add_argument("--latency-ms", type=float, default=0.0,
-                        help="delay added to every request")
+    parser.add_argument(
+        "--activity",
+        type=float,
+        default=0.0,
+        help="rows inserted/updated per second in the background",
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="delay added to every request"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--user", default="admin", help="'' turns authentication off")
     parser.add_argument("--password", default="admin")
-    parser.add_argument("--user-tz", default="America/Los_Angeles",
-                        help="time zone of the user (display values)")
+    parser.add_argument(
+        "--user-tz", default="America/Los_Angeles", help="time zone of the user (display values)"
+    )
     return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``snowsource emulator`` arguments (argparse exits on errors)."""
+    return _parser().parse_args(list(argv))
 
 
 def build(args: argparse.Namespace) -> Emulator:
     """The emulator the command line describes (seeded, clock following the wall clock)."""
-    emu = Emulator(seed=args.seed, now=datetime.now(UTC), user=args.user,
-                   password=args.password, user_tz=args.user_tz)
+    emu = Emulator(
+        seed=args.seed,
+        now=datetime.now(UTC),
+        user=args.user,
+        password=args.password,
+        user_tz=args.user_tz,
+    )
     emu.clock.follow_wall_clock(True)
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     emu.seed(tables=tables, rows=args.rows)
     if "incident" in tables and "task_sla" in tables:
-        emu.create_view("incident_sla", {"inc": "incident", "sla": "task_sla"},
-                        join=("inc_sys_id", "sla_task"))
+        emu.create_view(
+            "incident_sla", {"inc": "incident", "sla": "task_sla"}, join=("inc_sys_id", "sla_task")
+        )
     emu.latency_ms = args.latency_ms
     if args.activity > 0:
         emu.start_activity(args.activity)
@@ -68,8 +89,14 @@ async def _run(args: argparse.Namespace) -> int:
     log = structlog.get_logger("snowsource.emulator")
     try:
         async with serve(emu, host=args.host, port=args.port) as url:
-            log.info("emulator listening", url=url, tables=args.tables, rows=args.rows,
-                     activity=args.activity, auth=bool(args.user))
+            log.info(
+                "emulator listening",
+                url=url,
+                tables=args.tables,
+                rows=args.rows,
+                activity=args.activity,
+                auth=bool(args.user),
+            )
             await stop.wait()
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -80,17 +107,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point: ``argv`` are the arguments after ``snowsource emulator``."""
-    parser = _parser()
     try:
-        args = parser.parse_args(list(argv))
+        args = parse_args(argv)
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-    try:
-        from snowsource.logs import configure_logging
-
-        configure_logging("auto", "INFO")
-    except ImportError:  # pragma: no cover - logging module is optional for the emulator
-        pass
+    configure_logging("auto", "INFO")
     try:
         return asyncio.run(_run(args))
     except (ValueError, OSError) as exc:

@@ -67,6 +67,10 @@ def _letter(run: str) -> Part:
     return lambda dt: str(getter(dt)).zfill(width)
 
 
+def _literal(text: str) -> Part:
+    return lambda _dt: text
+
+
 @functools.lru_cache(maxsize=64)
 def compile_pattern(pattern: str) -> Callable[[datetime], str]:
     """Compile a Java ``SimpleDateFormat`` pattern (common letters only) into a formatter."""
@@ -74,18 +78,15 @@ def compile_pattern(pattern: str) -> Callable[[datetime], str]:
     pos = 0
     for match in _TOKEN.finditer(pattern):
         if match.start() > pos:
-            literal = pattern[pos : match.start()]
-            parts.append(lambda _dt, text=literal: text)
+            parts.append(_literal(pattern[pos : match.start()]))
         token = match.group(0)
         if token.startswith("'"):
-            quoted = token[1:-1] or "'"
-            parts.append(lambda _dt, text=quoted: text)
+            parts.append(_literal(token[1:-1] or "'"))
         else:
             parts.append(_letter(token))
         pos = match.end()
     if pos < len(pattern):
-        tail = pattern[pos:]
-        parts.append(lambda _dt, text=tail: text)
+        parts.append(_literal(pattern[pos:]))
     return lambda dt: "".join(part(dt) for part in parts)
 
 

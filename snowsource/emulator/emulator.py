@@ -24,7 +24,7 @@ from snowsource.emulator.auth import Auth, OAuthClient, User
 from snowsource.emulator.clock import Clock, stamp
 from snowsource.emulator.encoded_query import FieldType
 from snowsource.emulator.faults import Faults
-from snowsource.emulator.journal import Journal
+from snowsource.emulator.journal import Journal, Request
 from snowsource.emulator.ratelimit import RateLimiter, RateLimitRule
 from snowsource.emulator.schema import FIELD_TYPES, Field, TableDef, builtin_tables
 from snowsource.emulator.store import Store
@@ -73,7 +73,7 @@ class Emulator:
         seed: int = 0,
         now: datetime | None = None,
         user: str = "admin",
-        password: str = "admin",
+        password: str = "admin",  # noqa: S107 - the documented demo default (SPEC §11)
         user_tz: str = "America/Los_Angeles",
         user_date_format: str = "MM/dd/yyyy",
         user_time_format: str = "hh:mm:ss a",
@@ -114,6 +114,7 @@ class Emulator:
         self._activity_tables: tuple[str, ...] = ()
         self._activity_task: asyncio.Task[None] | None = None
         self._running_apps = 0
+        self._request_hooks: list[Callable[[Request], object]] = []
         for table in builtin_tables().values():
             self._register(table)
         self._write_schema_rows(self.tables.values())
@@ -463,7 +464,7 @@ class Emulator:
     def delete(
         self, table: str, sys_id: str, *, at: datetime | None = None, by: str = "system"
     ) -> None:
-        """Delete a row; writes a ``sys_audit_delete`` row unless the table is ``no_audit_delete``."""
+        """Delete a row; writes a ``sys_audit_delete`` row unless the table is no_audit_delete."""
         self._writable(table)
         now = self.clock.now()
         current = self.store.latest(table, sys_id)
@@ -564,6 +565,11 @@ class Emulator:
         if self._running_apps:
             self._restart_activity()
 
+    @property
+    def activity_running(self) -> bool:
+        """Whether the background activity task is currently running."""
+        return self._activity_task is not None and not self._activity_task.done()
+
     async def stop_activity(self) -> None:
         """Stop the activity task (idempotent)."""
         self._activity_rate = 0.0
@@ -601,7 +607,8 @@ class Emulator:
 
     def make_app(self) -> web.Application:
         """The aiohttp application serving this instance."""
-        from snowsource.emulator.app import make_app
+        # Imported here because the app module imports this one.
+        from snowsource.emulator.app import make_app  # noqa: PLC0415
 
         return make_app(self)
 
@@ -678,6 +685,20 @@ class Emulator:
         rule = RateLimitRule(self.new_sys_id(), limit_per_hour, user, role, table)
         self.rate_limiter.add(rule)
         return rule.sys_id
+
+    def on_request(self, hook: Callable[[Request], object]) -> None:
+        """Call ``hook(entry)`` for every authenticated Table API request before it is answered.
+
+        ``entry`` is the request's journal entry. Writes made by the hook are visible to that
+        request: this is how a test mutates data between two page requests (there is no
+        snapshot isolation across pages).
+        """
+        self._request_hooks.append(hook)
+
+    def run_request_hooks(self, entry: Request) -> None:
+        """Run the ``on_request`` hooks (called by the app)."""
+        for hook in list(self._request_hooks):
+            hook(entry)
 
     # --- reads for the HTTP layer --------------------------------------------------------------
 

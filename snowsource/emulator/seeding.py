@@ -245,19 +245,24 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
     wanted_users = max(20, rows // 50) if "sys_user" not in tables else rows
     for index in range(len(users), len(users) + wanted_users):
         created, updated = _spread(rng, now, days=365)
-        users.append(_write(emu, "sys_user", user_values(rng, index), created, updated, rng))
+        users.append(_write(emu, "sys_user", user_values(rng, index), created, updated, rng=rng))
     cis = [r["sys_id"] for r in emu.rows("cmdb_ci")]
     if "cmdb_ci" in tables:
         for index in range(rows):
             created, updated = _spread(rng, now)
             table, values = ci_values(rng, users, len(cis) + index)
             values["last_discovered"] = stamp(updated)
-            cis.append(_write(emu, table, values, created, updated, rng))
+            cis.append(_write(emu, table, values, created, updated, rng=rng))
     if "incident" in tables:
         for _ in range(rows):
             created, updated = _spread(rng, now)
             _write(
-                emu, "incident", incident_values(rng, users, cis, created), created, updated, rng
+                emu,
+                "incident",
+                incident_values(rng, users, cis, created),
+                created,
+                updated,
+                rng=rng,
             )
     if "change_request" in tables:
         for _ in range(rows):
@@ -268,14 +273,16 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
                 change_values(rng, users, cis, created),
                 created,
                 updated,
-                rng,
+                rng=rng,
             )
     if "task_sla" in tables:
         incidents = emu.rows("incident")
         for inc in incidents[:rows]:
             if rng.random() < 0.7:
                 opened = datetime.fromisoformat(inc["sys_created_on"] + "+00:00")
-                _write(emu, "task_sla", sla_values(rng, inc["sys_id"], opened), opened, opened, rng)
+                _write(
+                    emu, "task_sla", sla_values(rng, inc["sys_id"], opened), opened, opened, rng=rng
+                )
 
 
 def _write(
@@ -284,6 +291,7 @@ def _write(
     values: dict[str, str],
     created: datetime,
     updated: datetime,
+    *,
     rng: random.Random,
 ) -> str:
     values = dict(values)

@@ -16,7 +16,10 @@ async def serve(emu: Emulator, host: str = "127.0.0.1", port: int = 0) -> AsyncI
 
     Leaving the block stops the server and the emulator's background activity.
     """
-    runner = web.AppRunner(emu.make_app(), handle_signals=False, access_log=None)
+    # handler_cancellation: a client that gives up (timeout) stops its slow-fault handler.
+    runner = web.AppRunner(
+        emu.make_app(), handle_signals=False, access_log=None, handler_cancellation=True
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

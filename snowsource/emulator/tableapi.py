@@ -367,14 +367,16 @@ async def _body_values(request: web.Request, tdef: TableDef) -> dict[str, str] |
     if not isinstance(body, dict):
         return error_response(400, "Exception while reading request", "Body must be an object")
     values: dict[str, str] = {}
-    for key, value in body.items():
-        if key not in tdef.fields or key.startswith("sys_") and key != "sys_domain":
+    for key, given in body.items():
+        if key not in tdef.fields or (key.startswith("sys_") and key != "sys_domain"):
             continue  # unknown and system fields are silently ignored, as on a real instance
-        if isinstance(value, dict):
-            value = value.get("value", "")
-        values[key] = (
-            "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-        )
+        value = given.get("value", "") if isinstance(given, dict) else given
+        if value is None:
+            values[key] = ""
+        elif isinstance(value, bool):
+            values[key] = "true" if value else "false"
+        else:
+            values[key] = str(value)
     return values
 
 

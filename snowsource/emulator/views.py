@@ -46,13 +46,14 @@ def make_view(
     pairs = list(prefixes.items())
     if not pairs:
         raise ValueError("a view needs at least one table")
-    joins: list[tuple[str, str]]
-    if join is None:
-        joins = []
-    elif len(join) == 2 and all(isinstance(x, str) for x in join):
+    joins: list[tuple[str, str]] = []
+    if join is not None and len(join) == 2 and isinstance(join[0], str):
         joins = [(str(join[0]), str(join[1]))]
-    else:
-        joins = [(str(a), str(b)) for a, b in join]
+    elif join is not None:
+        for pair in join:
+            if isinstance(pair, str) or len(pair) != 2:
+                raise ValueError(f"view {name}: a join is a (column, column) pair")
+            joins.append((str(pair[0]), str(pair[1])))
     if len(joins) != len(pairs) - 1:
         raise ValueError(f"view {name}: need {len(pairs) - 1} join pair(s), got {len(joins)}")
     fields: list[Field] = []
@@ -84,12 +85,13 @@ def view_rows(
 
     base_prefix, base_table = view.prefixes[0]
     rows = [prefixed(base_prefix, base_table, r) for r in read(base_table)]
-    for (prefix, table), (left, right) in zip(view.prefixes[1:], view.joins, strict=True):
-        right_field = right.removeprefix(prefix + "_")
-        right_is_new = right.startswith(prefix + "_")
-        # Normalise so `left` is a column already present and `right` one of the joined table.
-        if not right_is_new:
-            left, right_field = right, left.removeprefix(prefix + "_")
+    for (prefix, table), (first, second) in zip(view.prefixes[1:], view.joins, strict=True):
+        # The pair may be written either way round: `left` is the column already present,
+        # `right_field` the joined table's own (unprefixed) field.
+        if second.startswith(prefix + "_"):
+            left, right_field = first, second.removeprefix(prefix + "_")
+        else:
+            left, right_field = second, first.removeprefix(prefix + "_")
         index: dict[str, list[Values]] = {}
         for r in read(table):
             key = r.get(right_field, "")

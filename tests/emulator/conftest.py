@@ -58,7 +58,9 @@ async def get_json(
     headers: Mapping[str, str] | None = None,
 ) -> tuple[Any, Mapping[str, str]]:
     """GET ``path`` (admin Basic auth unless ``headers`` given), assert ``status``, decode JSON."""
-    async with client.get(path, params=params, headers=AUTH if headers is None else headers) as resp:
+    async with client.get(
+        path, params=params, headers=AUTH if headers is None else headers
+    ) as resp:
         body = await resp.read()
         assert resp.status == status, body
         return orjson.loads(body), resp.headers

@@ -75,7 +75,9 @@ async def test_error_envelopes(emulator_client: Client) -> None:
     assert body["status"] == "failure"
     assert body["error"]["detail"] is None
     body, _ = await get_json(
-        emulator_client, "/api/now/table/incident", {"sysparm_query": "RLQUERYx^ENDRLQUERY"},
+        emulator_client,
+        "/api/now/table/incident",
+        {"sysparm_query": "RLQUERYx^ENDRLQUERY"},
         status=400,
     )
     assert body["error"]["message"] == "Invalid query"
@@ -105,8 +107,9 @@ async def test_date_header_follows_the_emulator_clock(
 
 async def test_unsupported_accept_is_406(emulator_client: Client) -> None:
     headers = {**AUTH, "Accept": "text/csv"}
-    body, _ = await get_json(emulator_client, "/api/now/table/incident", status=406,
-                             headers=headers)
+    body, _ = await get_json(
+        emulator_client, "/api/now/table/incident", status=406, headers=headers
+    )
     assert body["status"] == "failure"
 
 
@@ -115,7 +118,10 @@ async def test_journal_records_requests(emulator: Emulator, emulator_client: Cli
     await get_json(emulator_client, "/api/now/table/incident", headers={}, status=401)
     first, second = emulator.journal
     assert (first.method, first.path, first.status, first.user) == (
-        "GET", "/api/now/table/incident", 200, "admin"
+        "GET",
+        "/api/now/table/incident",
+        200,
+        "admin",
     )
     assert first.params == {"sysparm_limit": "5"}
     assert first.table == "incident"
@@ -130,7 +136,8 @@ async def test_journal_records_requests(emulator: Emulator, emulator_client: Cli
 
 async def test_http_writes_and_view_read_only(emulator: Emulator, emulator_client: Client) -> None:
     async with emulator_client.post(
-        "/api/now/table/incident", headers=AUTH,
+        "/api/now/table/incident",
+        headers=AUTH,
         data=orjson.dumps({"short_description": "via http", "bogus": "ignored"}),
     ) as resp:
         assert resp.status == 201
@@ -139,26 +146,28 @@ async def test_http_writes_and_view_read_only(emulator: Emulator, emulator_clien
     assert created["sys_created_by"] == "admin"
     assert "bogus" not in created
     path = f"/api/now/table/incident/{created['sys_id']}"
-    async with emulator_client.patch(path, headers=AUTH,
-                                     data=orjson.dumps({"state": "2"})) as resp:
+    async with emulator_client.patch(path, headers=AUTH, data=orjson.dumps({"state": "2"})) as resp:
         assert resp.status == 200
         assert (await resp.json())["result"]["sys_mod_count"] == "1"
     async with emulator_client.delete(path, headers=AUTH) as resp:
         assert resp.status == 204
     assert emulator.get("incident", created["sys_id"]) is None
-    emulator.create_view("incident_sla", {"inc": "incident", "sla": "task_sla"},
-                         join=("inc_sys_id", "sla_task"))
-    async with emulator_client.post("/api/now/table/incident_sla", headers=AUTH,
-                                    data=b"{}") as resp:
+    emulator.create_view(
+        "incident_sla", {"inc": "incident", "sla": "task_sla"}, join=("inc_sys_id", "sla_task")
+    )
+    async with emulator_client.post(
+        "/api/now/table/incident_sla", headers=AUTH, data=b"{}"
+    ) as resp:
         assert resp.status == 403
         assert "read-only" in (await resp.json())["error"]["detail"]
 
 
 async def test_served_on_a_real_port(emulator: Emulator, emulator_url: str) -> None:
     emulator.insert("incident", {"short_description": "over tcp"})
-    async with aiohttp.ClientSession() as session, session.get(
-        f"{emulator_url}/api/now/v2/table/incident", headers=AUTH
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{emulator_url}/api/now/v2/table/incident", headers=AUTH) as resp,
+    ):
         assert resp.status == 200
         body = await resp.json()
     assert body["result"][0]["short_description"] == "over tcp"

@@ -17,8 +17,14 @@ def _incident(emulator: Emulator) -> tuple[dict[str, str], dict[str, str]]:
     caller = emulator.insert("sys_user", {"user_name": "fred.luddy", "name": "Fred Luddy"})
     row = emulator.insert(
         "incident",
-        {"short_description": "disk full", "priority": "1", "state": "2",
-         "caller_id": caller["sys_id"], "assigned_to": "", "sys_mod_count": "1234"},
+        {
+            "short_description": "disk full",
+            "priority": "1",
+            "state": "2",
+            "caller_id": caller["sys_id"],
+            "assigned_to": "",
+            "sys_mod_count": "1234",
+        },
         at=FIXED_NOW - timedelta(hours=3),  # 04:00:00 UTC
     )
     return caller, row
@@ -36,7 +42,9 @@ async def test_reference_shapes_for_every_display_mode(
         ("false", "false"): ({"link": link, "value": uid}, "", "1", "2026-09-29 04:00:00"),
         ("false", "true"): (uid, "", "1", "2026-09-29 04:00:00"),
         ("true", "false"): (
-            {"display_value": "Fred Luddy", "link": link}, "", "1 - Critical",
+            {"display_value": "Fred Luddy", "link": link},
+            "",
+            "1 - Critical",
             "09/28/2026 09:00:00 PM",
         ),
         ("true", "true"): ("Fred Luddy", "", "1 - Critical", "09/28/2026 09:00:00 PM"),
@@ -55,12 +63,19 @@ async def test_reference_shapes_for_every_display_mode(
     }
     for (mode, exclude), expected in cases.items():
         rows, _ = await table(
-            emulator_client, "incident", sysparm_display_value=mode,
-            sysparm_exclude_reference_link=exclude, sysparm_fields=fields,
+            emulator_client,
+            "incident",
+            sysparm_display_value=mode,
+            sysparm_exclude_reference_link=exclude,
+            sysparm_fields=fields,
         )
         got = rows[0]
-        assert (got["caller_id"], got["assigned_to"], got["priority"],
-                got["sys_updated_on"]) == expected, (mode, exclude)
+        assert (
+            got["caller_id"],
+            got["assigned_to"],
+            got["priority"],
+            got["sys_updated_on"],
+        ) == expected, (mode, exclude)
     assert row["sys_id"] == (await table(emulator_client, "incident"))[0][0]["sys_id"]
 
 
@@ -71,7 +86,8 @@ async def test_display_values_use_each_users_zone_and_format(
     emulator.add_user("berlin.user", "pw", tz="Europe/Berlin")  # yyyy-MM-dd HH:mm:ss
     headers = {"Authorization": aiohttp.encode_basic_auth("berlin.user", "pw")}
     body, _ = await get_json(
-        emulator_client, "/api/now/table/incident",
+        emulator_client,
+        "/api/now/table/incident",
         {"sysparm_display_value": "true", "sysparm_fields": "sys_created_on,state,sys_mod_count"},
         headers=headers,
     )
@@ -81,21 +97,29 @@ async def test_display_values_use_each_users_zone_and_format(
     ]
     # Changing the user's preference on its sys_user row changes the display at once.
     berlin = emulator.user("berlin.user")
-    emulator.update("sys_user", berlin.sys_id, {"time_zone": "Asia/Kolkata",
-                                                "date_format": "dd.MM.yyyy"})
+    emulator.update(
+        "sys_user", berlin.sys_id, {"time_zone": "Asia/Kolkata", "date_format": "dd.MM.yyyy"}
+    )
     body, _ = await get_json(
-        emulator_client, "/api/now/table/incident",
-        {"sysparm_display_value": "true", "sysparm_fields": "sys_created_on"}, headers=headers,
+        emulator_client,
+        "/api/now/table/incident",
+        {"sysparm_display_value": "true", "sysparm_fields": "sys_created_on"},
+        headers=headers,
     )
     assert body["result"] == [{"sys_created_on": "29.09.2026 09:30:00"}]
 
 
 async def test_choice_labels_differ_per_table(emulator: Emulator, emulator_client: Client) -> None:
     emulator.insert("change_request", {"state": "-1", "type": "emergency"})
-    rows, _ = await table(emulator_client, "change_request", sysparm_display_value="all",
-                          sysparm_fields="state,type")
-    assert rows == [{"state": {"display_value": "Implement", "value": "-1"},
-                     "type": {"display_value": "Emergency", "value": "emergency"}}]
+    rows, _ = await table(
+        emulator_client, "change_request", sysparm_display_value="all", sysparm_fields="state,type"
+    )
+    assert rows == [
+        {
+            "state": {"display_value": "Implement", "value": "-1"},
+            "type": {"display_value": "Emergency", "value": "emergency"},
+        }
+    ]
 
 
 async def test_fields_projection_unknown_ignored_and_dot_walk(
@@ -104,7 +128,8 @@ async def test_fields_projection_unknown_ignored_and_dot_walk(
     caller, _ = _incident(emulator)
     emulator.insert("incident", {"short_description": "no caller"})
     rows, _ = await table(
-        emulator_client, "incident",
+        emulator_client,
+        "incident",
         sysparm_fields="number, caller_id.name,caller_id.user_name,u_typo,caller_id.nope",
         sysparm_query="ORDERBYshort_description",
     )
@@ -113,10 +138,15 @@ async def test_fields_projection_unknown_ignored_and_dot_walk(
     assert rows[0]["caller_id.user_name"] == "fred.luddy"
     assert rows[1]["caller_id.name"] == ""
     # Dot-walks work in queries too.
-    rows, _ = await table(emulator_client, "incident", sysparm_query="caller_id.name=Fred Luddy",
-                          sysparm_fields="caller_id")
-    assert rows == [{"caller_id": {"link": rows[0]["caller_id"]["link"],
-                                   "value": caller["sys_id"]}}]
+    rows, _ = await table(
+        emulator_client,
+        "incident",
+        sysparm_query="caller_id.name=Fred Luddy",
+        sysparm_fields="caller_id",
+    )
+    assert rows == [
+        {"caller_id": {"link": rows[0]["caller_id"]["link"], "value": caller["sys_id"]}}
+    ]
 
 
 async def test_field_acl_hides_fields(emulator: Emulator, emulator_client: Client) -> None:
@@ -132,10 +162,19 @@ async def test_field_acl_hides_fields(emulator: Emulator, emulator_client: Clien
 
 
 async def test_integration_user_time_zone_is_readable(emulator_client: Client) -> None:
-    rows, _ = await table(emulator_client, "sys_user", sysparm_query="user_name=admin",
-                          sysparm_fields="time_zone,date_format,time_format")
-    assert rows == [{"time_zone": "America/Los_Angeles", "date_format": "MM/dd/yyyy",
-                     "time_format": "hh:mm:ss a"}]
+    rows, _ = await table(
+        emulator_client,
+        "sys_user",
+        sysparm_query="user_name=admin",
+        sysparm_fields="time_zone,date_format,time_format",
+    )
+    assert rows == [
+        {
+            "time_zone": "America/Los_Angeles",
+            "date_format": "MM/dd/yyyy",
+            "time_format": "hh:mm:ss a",
+        }
+    ]
 
 
 async def test_system_fields(emulator: Emulator, emulator_client: Client) -> None:
@@ -162,5 +201,7 @@ async def test_system_fields(emulator: Emulator, emulator_client: Client) -> Non
     again = emulator.get("incident", row["sys_id"])
     assert again is not None
     assert (again["state"], again["sys_mod_count"], again["sys_updated_on"]) == (
-        "6", "2", "2026-09-29 07:00:05"
+        "6",
+        "2",
+        "2026-09-29 07:00:05",
     )

@@ -412,6 +412,8 @@ def test_emulator_parser_agrees_with_the_window(
     cursor, read = after, []
     while True:
         page = fetch(page_query(normalised, TS, ID, cursor, hi))[:limit]
+        # Also what keeps a wrong query from paging forever.
+        assert all(in_window(pos(r), cursor, hi) for r in page)
         read.extend(page)
         if len(page) < limit:
             break
@@ -541,6 +543,7 @@ def test_sweeps_read_every_row_visible_within_overlap_plus_lag(
         after, last = start, None
         while True:
             page = run_query(page_query("", TS, ID, after, hi), visible, limit)
+            assert all(in_window(pos(r), after, hi) for r in page)
             seen.update(r[ID] for r in page)
             if page:
                 after = last = pos(page[-1])

@@ -40,6 +40,18 @@ def test_identical_value_is_suppressed_anything_else_emitted() -> None:
     assert len(cache) == 1
 
 
+def test_contains_tracks_remembered_ids() -> None:
+    cache = DedupCache(1)
+    assert not cache.contains("a")
+    cache.remember("a", T1, digest(b"a"))
+    assert cache.contains("a")
+    cache.remember("b", T2, digest(b"b"))  # the cap pushes "a" out
+    assert not cache.contains("a")
+    assert cache.contains("b")
+    cache.evict_older_than(T3)
+    assert not cache.contains("b")
+
+
 def test_evict_older_than_is_strict_and_counts() -> None:
     cache = DedupCache(10)
     for id_, ts in (("a", T1), ("b", T2), ("c", T2), ("d", T3)):
