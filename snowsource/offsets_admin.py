@@ -420,6 +420,9 @@ def set_offset(
     """The offset of an explicit cursor ``(timestamp, sys_id)``, phase ``backfill`` (the table
     continues after that row). ``OffsetError`` for a malformed timestamp."""
     value = SourceOffset(
-        timestamp=timestamp, sys_id=sys_id, phase="backfill", fingerprint=partition.query_fingerprint
+        timestamp=timestamp,
+        sys_id=sys_id,
+        phase="backfill",
+        fingerprint=partition.query_fingerprint,
     )
     return _checked(partition, value.as_dict(), alias)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 import orjson
 import structlog
@@ -67,7 +67,7 @@ class _UsageError(Exception):
     """Bad arguments or input detected before anything was contacted (exit 2)."""
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """The change was not made on purpose (exit 1)."""
 
 
@@ -179,7 +179,7 @@ def _context(settings: Settings) -> _Context:
     )
 
 
-def _timestamp_arg(option: str, value: str, partition: SourcePartition, build: Any) -> Any:
+def _timestamp_arg(option: str, value: str, build: Callable[[], SourceOffset]) -> SourceOffset:
     try:
         return build()
     except OffsetError as exc:
@@ -210,7 +210,7 @@ async def _guard(ctx: _Context, force: bool) -> None:
         )
         return
     session = SESSION_TIMEOUT_MS // 1000
-    raise _Refused(
+    raise _RefusedError(
         f"refused: {len(members)} snowsource process(es) of connector {ctx.connector!r} "
         f"running (members of consumer group snowsource.{ctx.connector}):\n{running}\n"
         f"A running process would overwrite the change with its next commit. Stop the "
@@ -232,7 +232,7 @@ async def _store(ctx: _Context, *, create: bool) -> AsyncIterator[OffsetStore]:
         async with admin_client(ctx.conn) as admin:
             found = await existing_topics(admin, [ctx.topic])
         if ctx.topic not in found:
-            raise _Refused(
+            raise _RefusedError(
                 f"offsets topic {ctx.topic!r} does not exist on "
                 f"{ctx.settings.kafka.bootstrap_servers}: nothing is stored for connector "
                 f"{ctx.connector!r} there (the daemon creates the topic at its first start; "
@@ -297,9 +297,7 @@ async def _apply(ctx: _Context, store: OffsetStore, writes: Sequence[_Write]) ->
                 file=ctx.err,
             )
             return EXIT_FAILED
-    print(
-        f"wrote {len(todo)} record(s) to offsets topic {ctx.topic!r} (acks=all)", file=ctx.out
-    )
+    print(f"wrote {len(todo)} record(s) to offsets topic {ctx.topic!r} (acks=all)", file=ctx.out)
     return EXIT_OK
 
 
@@ -367,7 +365,10 @@ def _print_listing(ctx: _Context, listed: Sequence[ListedOffset]) -> None:
         ]
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=ctx.out)
+            print(
+                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(),
+                file=ctx.out,
+            )
     notes = [
         f"  {item.alias or 'orphaned'} {item.table} ({item.match}): {item.note}; partition "
         f"{orjson.dumps(item.partition).decode()}"
@@ -399,7 +400,7 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
         listed = list_offsets(ctx.connector, store.entries(), ctx.tables)
     broken = [item for item in listed if item.offset is None]
     if broken:
-        raise _Refused(
+        raise _RefusedError(
             "cannot export: these stored values are not JSON (delete them first with "
             "`snowsource offsets delete ALIAS` or `delete --orphaned`): "
             + "; ".join(item.key.decode("utf-8", "replace") for item in broken)
@@ -408,7 +409,7 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
     if args.file == "-":
         ctx.out.write(text)
         return EXIT_OK
-    Path(args.file).write_text(text, encoding="utf-8")
+    await asyncio.to_thread(Path(args.file).write_text, text, encoding="utf-8")
     unusable = [item for item in listed if item.match in ("invalid", "unknown")]
     for item in unusable:
         ctx.warn(
@@ -421,18 +422,15 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
 
 async def _cmd_rewind(ctx: _Context, args: argparse.Namespace) -> int:
     spec = ctx.table(args.alias)
-    offset: SourceOffset = _timestamp_arg(
-        "--to", args.to, spec.partition, lambda: rewind_offset(spec.partition, args.to)
-    )
+    offset = _timestamp_arg("--to", args.to, lambda: rewind_offset(spec.partition, args.to))
     return await _write_offset(ctx, args, spec, offset)
 
 
 async def _cmd_set(ctx: _Context, args: argparse.Namespace) -> int:
     spec = ctx.table(args.alias)
-    offset: SourceOffset = _timestamp_arg(
+    offset = _timestamp_arg(
         "--timestamp",
         args.timestamp,
-        spec.partition,
         lambda: set_offset(spec.partition, args.timestamp, args.sys_id),
     )
     return await _write_offset(ctx, args, spec, offset)
@@ -444,7 +442,9 @@ async def _write_offset(
     await _connect(ctx)
     await _guard(ctx, args.force)
     async with _store(ctx, create=True) as store:
-        writes = _replace(store, spec.partition, encode_value(offset), _label(spec.partition, spec.alias))
+        writes = _replace(
+            store, spec.partition, encode_value(offset), _label(spec.partition, spec.alias)
+        )
         return await _apply(ctx, store, writes)
 
 
@@ -483,7 +483,9 @@ def _orphan_tombstones(ctx: _Context, store: OffsetStore) -> list[_Write]:
     for entry in store.entries():
         (item,) = list_offsets(ctx.connector, [entry], ctx.tables)
         if item.alias is None:
-            writes.append(_Write(f"orphaned {item.table} ({item.match})", entry.key, entry.value, None))
+            writes.append(
+                _Write(f"orphaned {item.table} ({item.match})", entry.key, entry.value, None)
+            )
     return writes
 
 
@@ -496,7 +498,7 @@ async def _cmd_reset(ctx: _Context, args: argparse.Namespace) -> int:
         if not args.yes:
             listed = list_offsets(ctx.connector, entries, ctx.tables)
             _print_listing(ctx, listed)
-            raise _Refused(
+            raise _RefusedError(
                 f"refused: reset deletes every offset of connector {ctx.connector!r} "
                 f"({len(entries)} record(s) listed above; every table then replays from its "
                 f"start.timestamp); run `snowsource offsets reset --yes` to do it"
@@ -506,7 +508,9 @@ async def _cmd_reset(ctx: _Context, args: argparse.Namespace) -> int:
             (item,) = list_offsets(ctx.connector, [entry], ctx.tables)
             writes.append(_Write(_label_item(item), entry.key, entry.value, None))
         if not writes:
-            print(f"no offsets stored for connector {ctx.connector!r}; nothing to reset", file=ctx.out)
+            print(
+                f"no offsets stored for connector {ctx.connector!r}; nothing to reset", file=ctx.out
+            )
             return EXIT_OK
         return await _apply(ctx, store, writes)
 
@@ -525,8 +529,7 @@ async def _cmd_import(ctx: _Context, args: argparse.Namespace) -> int:
         for change in validated:
             value = encode_value(change.offset)
             label = _label(change.partition, change.alias)
-            planned = _replace(store, change.partition, value, label)
-            writes.extend(w for w in planned if w.before is not None or w.after is not None)
+            writes.extend(_replace(store, change.partition, value, label))
         return await _apply(ctx, store, writes)
 
 
@@ -624,7 +627,7 @@ async def amain(argv: Sequence[str]) -> int:
         except _UsageError as exc:
             print(f"{_PROG}: {exc}", file=ctx.err)
             return EXIT_USAGE
-        except _Refused as exc:
+        except _RefusedError as exc:
             print(f"{_PROG}: {exc}", file=ctx.err)
             return EXIT_FAILED
         except (KafkaUnavailableError, TopicConfigError, OffsetError) as exc:

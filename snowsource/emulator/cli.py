@@ -19,6 +19,7 @@ from snowsource.emulator.server import serve
 from snowsource.logs import configure_logging
 
 EXIT_OK = 0
+EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 
 
@@ -80,8 +81,7 @@ def build(args: argparse.Namespace) -> Emulator:
     return emu
 
 
-async def _run(args: argparse.Namespace) -> int:
-    emu = build(args)
+async def _run(args: argparse.Namespace, emu: Emulator) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -112,11 +112,17 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
     configure_logging("auto", "INFO")
+    log = structlog.get_logger("snowsource.emulator")
     try:
-        return asyncio.run(_run(args))
-    except (ValueError, OSError) as exc:
-        structlog.get_logger("snowsource.emulator").error("emulator failed", error=str(exc))
-        return 1
+        emu = build(args)
+    except (ValueError, KeyError) as exc:  # unknown table to seed, unknown time zone
+        log.error("invalid emulator arguments", error=str(exc))
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_run(args, emu))
+    except OSError as exc:  # e.g. the port is taken
+        log.error("emulator failed", error=str(exc))
+        return EXIT_RUNTIME
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
         return EXIT_OK
 

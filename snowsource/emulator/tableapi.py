@@ -283,12 +283,13 @@ async def list_records(request: web.Request) -> web.Response:
     shorthand = None if query_text.strip() else _shorthand(ctx)
     if shorthand is not None:
         rows = [r for r in rows if shorthand(r)]
+    matches_row = parsed.matches
     if dotted:
-        wrapped = [_DotRow(r, ctx.resolve_dotted) for r in rows]
-        matches: list[Row] = [w.base for w in parsed.sort(parsed.filter(wrapped))]
+        wrapped = [w for w in (_DotRow(r, ctx.resolve_dotted) for r in rows) if matches_row(w)]
+        matches: list[Row] = [w.base for w in parsed.sort(wrapped)]
         ordered = matches
     else:
-        matches = parsed.filter(rows)
+        matches = [r for r in rows if matches_row(r)]
         ordered = parsed.sort(matches) if parsed.order_by else matches
     total = len(matches)
     if not parsed.order_by:

@@ -10,7 +10,7 @@ import time
 
 import aiohttp
 
-from snowsource.emulator.cli import build, parse_args
+from snowsource.emulator.cli import build, main, parse_args
 from tests.emulator.conftest import AUTH
 
 
@@ -93,3 +93,9 @@ def test_arguments_build_the_emulator() -> None:
     assert len(emu.rows("incident")) == 5
     assert "incident_sla" in emu.views
     assert parse_args([]).port == 8080
+
+
+def test_bad_arguments_exit_2() -> None:
+    assert main(["--tables", "u_nope"]) == 2
+    assert main(["--user-tz", "Mars/Olympus"]) == 2
+    assert main(["--port", "not-a-number"]) == 2
