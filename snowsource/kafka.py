@@ -23,6 +23,10 @@ from snowsource.errors import SnowsourceError
 
 log = structlog.get_logger(__name__)
 
+#: How long closing a Kafka client may take before we give up on it (outages must not hang
+#: shutdown).
+CLOSE_TIMEOUT_SECONDS = 10.0
+
 
 class KafkaUnavailableError(SnowsourceError):
     """Kafka could not be reached within the start-up timeout (exit 1)."""

@@ -25,7 +25,7 @@ from typing import Any, Self
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from snowsource.kafka import KafkaConnection, admin_client
+from snowsource.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
 
 log = structlog.get_logger("snowsource.membership")
 
@@ -177,7 +177,11 @@ class GroupMembership:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._consumer is not None:
-            await self._consumer.stop()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                    await self._consumer.stop()
+            except TimeoutError:
+                log.warning("could not leave the consumer group in time")
 
     def rebalanced(self, assigned: list[TopicPartition]) -> None:
         """Rebalance listener: pause what we were given and look at the group again."""

@@ -19,6 +19,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from snowsource.kafka import (
+    CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     TopicConfigError,
     admin_client,
@@ -103,7 +104,11 @@ class OffsetStore:
             return
         self._closed = True
         if self._producer is not None:
-            await self._producer.stop()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                    await self._producer.stop()
+            except TimeoutError:
+                log.warning("offsets producer did not close in time")
 
     async def _ensure_topic(self) -> None:
         async with admin_client(self._conn) as admin:

@@ -26,7 +26,13 @@ from aiokafka.errors import (
 )
 
 from snowsource.errors import KafkaSinkError
-from snowsource.kafka import KafkaConnection, admin_client, create_topic, existing_topics
+from snowsource.kafka import (
+    CLOSE_TIMEOUT_SECONDS,
+    KafkaConnection,
+    admin_client,
+    create_topic,
+    existing_topics,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -99,7 +105,12 @@ class RecordSink:
             self._closed = True
             return
         self._closed = True
-        await self._producer.stop()
+        # Bounded: during a Kafka outage the producer would wait for its request timeout.
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                await self._producer.stop()
+        except TimeoutError:
+            log.warning("producer did not close in time; unacknowledged records are dropped")
 
     async def send(
         self,

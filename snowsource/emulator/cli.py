@@ -113,18 +113,23 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
     configure_logging("auto", "INFO")
     log = structlog.get_logger("snowsource.emulator")
+    # A bad argument or a taken port is reported in one line, without a traceback.
+    problem: str
     try:
         emu = build(args)
     except (ValueError, KeyError) as exc:  # unknown table to seed, unknown time zone
-        log.error("invalid emulator arguments", error=str(exc))
-        return EXIT_USAGE
-    try:
-        return asyncio.run(_run(args, emu))
-    except OSError as exc:  # e.g. the port is taken
-        log.error("emulator failed", error=str(exc))
+        problem = str(exc)
+    else:
+        try:
+            return asyncio.run(_run(args, emu))
+        except OSError as exc:  # e.g. the port is taken
+            problem = str(exc)
+        except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
+            return EXIT_OK
+        log.error("emulator failed", error=problem)
         return EXIT_RUNTIME
-    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
-        return EXIT_OK
+    log.error("invalid emulator arguments", error=problem)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover
