@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -35,6 +35,9 @@ from snowsource.query import normalise_query
 from snowsource.retry import RetryPolicy
 from snowsource.sink import RecordSink, ensure_topics
 from snowsource.snow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+
+if TYPE_CHECKING:
+    from snowsource.rest import RestServer
 
 log = structlog.get_logger("snowsource.daemon")
 
@@ -168,6 +171,7 @@ class Daemon:
         self.ready = asyncio.Event()
         self.fenced_by: str | None = None
         self.membership: GroupMembership | None = None
+        self.rest: RestServer | None = None  # set while the REST API serves (url, port)
         self._shutdown: asyncio.Event | None = None
         register_secrets(
             _secret(s)
@@ -262,9 +266,10 @@ class Daemon:
                 configs=s.topic_creation_configs,
             )
             if s.rest.enabled:
-                from snowsource.rest import RestServer
+                # Imported here because rest imports this module (ConnectorState, table_spec).
+                from snowsource.rest import RestServer  # noqa: PLC0415
 
-                await stack.enter_async_context(RestServer(self))
+                self.rest = await stack.enter_async_context(RestServer(self))
             membership = await stack.enter_async_context(
                 GroupMembership(
                     conn,

@@ -183,9 +183,7 @@ def _timestamp_arg(option: str, value: str, build: Callable[[], SourceOffset]) -
     try:
         return build()
     except OffsetError as exc:
-        raise _UsageError(
-            f"{option} {value!r}: {exc} (expected 'YYYY-MM-DD HH:MM:SS' in UTC, quoted)"
-        ) from None
+        raise _UsageError(f"{option} {value!r}: {exc} (give it in UTC, quoted)") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,7 +420,9 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
 
 async def _cmd_rewind(ctx: _Context, args: argparse.Namespace) -> int:
     spec = ctx.table(args.alias)
-    offset = _timestamp_arg("--to", args.to, lambda: rewind_offset(spec.partition, args.to))
+    offset = _timestamp_arg(
+        "--to", args.to, lambda: rewind_offset(spec.partition, args.to, alias=spec.alias)
+    )
     return await _write_offset(ctx, args, spec, offset)
 
 
@@ -431,7 +431,7 @@ async def _cmd_set(ctx: _Context, args: argparse.Namespace) -> int:
     offset = _timestamp_arg(
         "--timestamp",
         args.timestamp,
-        lambda: set_offset(spec.partition, args.timestamp, args.sys_id),
+        lambda: set_offset(spec.partition, args.timestamp, args.sys_id, alias=spec.alias),
     )
     return await _write_offset(ctx, args, spec, offset)
 
@@ -584,6 +584,11 @@ def _logs_to_stderr() -> Iterator[None]:
     """Library log lines go to stderr (WARNING and up) so stdout stays the command's output;
     the previous logging configuration is restored (the daemon may share this process)."""
     previous = structlog.get_config() if structlog.is_configured() else None
+    aiokafka_logger = logging.getLogger("aiokafka")
+    aiokafka_level = aiokafka_logger.level
+    # aiokafka logs retriable conditions (a leader moving right after topic creation) at ERROR;
+    # whatever really fails reaches us as an exception and is reported once, plainly.
+    aiokafka_logger.setLevel(logging.CRITICAL)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -596,6 +601,7 @@ def _logs_to_stderr() -> Iterator[None]:
     try:
         yield
     finally:
+        aiokafka_logger.setLevel(aiokafka_level)
         if previous is None:
             structlog.reset_defaults()
         else:

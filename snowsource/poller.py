@@ -322,7 +322,9 @@ class Poller:
         if raw is None:
             log.info("no stored offset; starting from start.timestamp", start=spec.start_timestamp)
             return None
-        offset = validate_offset(decode_value(raw), spec.partition, describe=spec.describe)
+        offset = validate_offset(
+            decode_value(raw), spec.partition, describe=spec.describe, alias=spec.alias
+        )
         log.info("resuming from stored offset", timestamp=offset.timestamp, sys_id=offset.sys_id)
         return offset
 

@@ -111,7 +111,6 @@ def main(argv: Sequence[str]) -> int:
         args = parse_args(argv)
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-    configure_logging("auto", "INFO")
     log = structlog.get_logger("snowsource.emulator")
     # A bad argument or a taken port is reported in one line, without a traceback.
     problem: str
@@ -120,6 +119,7 @@ def main(argv: Sequence[str]) -> int:
     except (ValueError, KeyError) as exc:  # unknown table to seed, unknown time zone
         problem = str(exc)
     else:
+        configure_logging("auto", "INFO")
         try:
             return asyncio.run(_run(args, emu))
         except OSError as exc:  # e.g. the port is taken

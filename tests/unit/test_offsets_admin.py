@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -63,12 +64,12 @@ def offset(
 
 
 def entry(
-    partition: SourcePartition | dict[str, object], value: object, *, key: bytes | None = None
+    partition: SourcePartition | Mapping[str, object], value: object, *, key: bytes | None = None
 ) -> StoredEntry:
     mapping = partition.as_dict() if isinstance(partition, SourcePartition) else partition
     return StoredEntry(
         key=key if key is not None else encode_key(CONNECTOR, mapping),
-        partition=dict(mapping),
+        partition={**mapping},
         value=orjson.dumps(value),
     )
 
@@ -146,7 +147,7 @@ def test_partition_of_another_shape_is_unknown() -> None:
 def test_value_that_is_not_json_is_invalid() -> None:
     broken = StoredEntry(
         key=encode_key(CONNECTOR, INCIDENT.partition),
-        partition=INCIDENT.partition.as_dict(),
+        partition={**INCIDENT.partition.as_dict()},
         value=b"{not json",
     )
     (item,) = list_offsets(CONNECTOR, [broken], TABLES)
@@ -195,7 +196,9 @@ def test_connect_listing_is_the_rest_shape_with_canonical_partition_order() -> N
     value = offset(CHANGE.partition)
     listing = connect_listing(CONNECTOR, [entry(CHANGE.partition, value)], TABLES)
     assert listing == {"offsets": [{"partition": CHANGE.partition.as_dict(), "offset": value}]}
-    assert list(listing["offsets"][0]["partition"]) == [  # type: ignore[arg-type]
+    partition = listing["offsets"][0]["partition"]
+    assert isinstance(partition, dict)
+    assert list(partition) == [
         "instance",
         "timestamp_field",
         "query_fingerprint",
