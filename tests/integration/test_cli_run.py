@@ -11,6 +11,7 @@ import pytest
 
 from snowsource.daemon import Daemon
 from snowsource.errors import FencedError
+from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, write_config
 from tests.kafka_support import REPO
@@ -93,3 +94,18 @@ async def test_duplicate_task_id_fences_the_older_process(env: Env) -> None:
         newer_stop.set()
         older_stop.set()
         assert await newer_task == 0
+
+
+async def test_offsets_topic_not_compacted_is_refused_with_exit_1(
+    env: Env, topic_factory: TopicFactory
+) -> None:
+    offsets = await topic_factory("offsets", configs={"cleanup.policy": "compact,delete"})
+    doc = env.document({"incident": {"name": "incident"}}, **{"offset.storage.topic": offsets})
+    config = write_config(env.tmp_path / "policy.yaml", doc)
+    env.emu.journal.clear()
+    result = await asyncio.to_thread(_run, "run", "--config", str(config))
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "cleanup.policy" in result.stdout
+    assert "must be exactly 'compact'" in result.stdout
+    # Refused before any table started reading.
+    assert not [r for r in env.emu.journal if r.table == "incident"]
