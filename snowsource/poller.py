@@ -204,6 +204,7 @@ class Poller:
         self._closing = False
         self._produce_error: BaseException | None = None
         self._inflight: list[asyncio.Future[Any]] = []
+        self._committer: asyncio.Task[None] | None = None
         self._cursor = Position(spec.start_timestamp, "")
         self._last_submitted: SourceOffset | None = None
         self._set_state(TableState.STARTING)
@@ -278,6 +279,7 @@ class Poller:
         self.status.phase = committed.phase if committed else "backfill"
         metrics.set_phase(self.spec.alias, self.status.phase)
         committer = asyncio.create_task(self._commit_loop(), name=f"committer:{self.spec.alias}")
+        self._committer = committer
         try:
             await self._sweeps(start)
         except _StoppingError:
@@ -352,14 +354,18 @@ class Poller:
         )
         return value
 
-    def _on_done(self, ticket: int, future: asyncio.Future[Any]) -> None:
+    def _on_done(
+        self, tracker: CommitTracker[SourceOffset], ticket: int, future: asyncio.Future[Any]
+    ) -> None:
+        if tracker is not self._tracker:
+            return  # an ack from before an internal restart: that incarnation is gone
         if future.cancelled():
             self._produce_error = self._produce_error or RuntimeError("produce cancelled")
         elif (exc := future.exception()) is not None:
             metrics.PRODUCE_ERRORS.labels(table=self.spec.alias).inc()
             self._produce_error = self._produce_error or exc
         else:
-            self._tracker.ack(ticket)
+            tracker.ack(ticket)
         self._wake.set()
 
     async def _commit_loop(self) -> None:
@@ -590,7 +596,7 @@ class Poller:
                     raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc!r}") from exc
                 self._produce_error = exc
                 break
-            future.add_done_callback(functools.partial(self._on_done, ticket))
+            future.add_done_callback(functools.partial(self._on_done, tracker, ticket))
             futures.append(future)
             result.emitted += 1
         self._cursor = cursor
@@ -606,6 +612,10 @@ class Poller:
             )
         if futures:
             await asyncio.wait(futures)
+        if self._committer is not None and self._committer.done():
+            # The committer only ends on its own when it failed: never keep producing then.
+            self._committer.result()
+            raise RuntimeError("offset committer stopped unexpectedly")
         emitted = len(futures)
         self.status.rows_emitted += emitted
         self.status.rows_suppressed += result.suppressed
