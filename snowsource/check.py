@@ -26,7 +26,6 @@ from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
-from pydantic import SecretStr
 
 from snowsource.assignment import assign
 from snowsource.config import (
@@ -115,8 +114,7 @@ _TZ_EXPLANATION: Final = (
     "Affected: date/time values of tables with display.value true or all (rendered in this "
     "zone and the user's date format), and javascript: date helpers in a table's query "
     "(gs.daysAgo*, gs.beginningOfToday, gs.dateGenerate run in this zone).",
-    "To make both unambiguous, set the integration user's Time zone to UTC (its sys_user "
-    "record).",
+    "To make both unambiguous, set the integration user's Time zone to UTC (its sys_user record).",
 )
 
 
@@ -229,15 +227,25 @@ async def run_checks(
 # --------------------------------------------------------------------------------------------
 
 
+def _describe(exc: BaseException | None) -> str:
+    """``Type: message`` once (aiokafka's messages already start with their type)."""
+    if exc is None:
+        return "no error"
+    name, text = type(exc).__name__, str(exc)
+    if not text or text == name:
+        return name
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 class _KafkaUnreachableError(Exception):
     """The admin client could not talk to the cluster within the probe timeout."""
 
 
 async def _connect_admin(
-    conn: KafkaConnection, timeout: float
+    conn: KafkaConnection, within: float
 ) -> tuple[AIOKafkaAdminClient, dict[str, Any]]:
     """A started admin client and the cluster description; the caller closes the client."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     last: BaseException | None = None
     while True:
         remaining = max(deadline - time.monotonic(), 0.1)
@@ -256,9 +264,8 @@ async def _connect_admin(
             last = exc
             await admin.close()
         if time.monotonic() + 0.5 >= deadline:
-            reason = f"{type(last).__name__}: {last}" if str(last) else type(last).__name__
             raise _KafkaUnreachableError(
-                f"no answer from {conn.bootstrap_servers} within {timeout:g} s ({reason})"
+                f"no answer from {conn.bootstrap_servers} within {within:g} s ({_describe(last)})"
             )
         await asyncio.sleep(0.5)
 
@@ -296,16 +303,15 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
             async with asyncio.timeout(max(timeout, 5.0)):
                 results.append(await _offsets_topic(admin, settings, offsets))
         except (KafkaError, OSError, TimeoutError) as exc:
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            results.append(CheckResult(offsets, Status.FAIL, f"cannot inspect it ({what})"))
+            results.append(
+                CheckResult(offsets, Status.FAIL, f"cannot inspect it ({_describe(exc)})")
+            )
         return results
     finally:
         await admin.close()
 
 
-async def _offsets_topic(
-    admin: AIOKafkaAdminClient, settings: Settings, name: str
-) -> CheckResult:
+async def _offsets_topic(admin: AIOKafkaAdminClient, settings: Settings, name: str) -> CheckResult:
     topic = settings.offset_storage_topic
     found = await existing_topics(admin, [topic])
     if topic in found:
@@ -470,9 +476,7 @@ async def _snow_checks_with(
         ]
     except RetriableError as exc:
         return [
-            CheckResult(
-                name, Status.FAIL, f"ServiceNow did not answer usably: {_failure(exc)}"
-            ),
+            CheckResult(name, Status.FAIL, f"ServiceNow did not answer usably: {_failure(exc)}"),
             *_skipped_after_credentials(settings, "ServiceNow did not answer"),
         ]
     except ServiceNowError as exc:
@@ -485,7 +489,11 @@ async def _snow_checks_with(
     )
     for probe in probes:
         results += [probe.readable, probe.cursor]
-    results.append(await _time_zone(client, settings, login, user_row, user_note, probes))
+    results.append(
+        await _time_zone(
+            client, settings, login=login, user_row=user_row, user_note=user_note, probes=probes
+        )
+    )
     return results
 
 
@@ -609,6 +617,7 @@ def _offset_text(offset: timedelta) -> str:
 async def _time_zone(
     client: ServiceNowClient,
     settings: Settings,
+    *,
     login: str | None,
     user_row: dict[str, Any] | None,
     user_note: str,
@@ -620,16 +629,16 @@ async def _time_zone(
     if zone:
         if zone.strip().lower() in _UTC_ZONES:
             return CheckResult(name, Status.PASS, f"{zone} ({who})")
-        return CheckResult(name, Status.WARN, f"{who} has time zone {zone}, not UTC", _TZ_EXPLANATION)
+        return CheckResult(
+            name, Status.WARN, f"{who} has time zone {zone}, not UTC", _TZ_EXPLANATION
+        )
     # No zone on record (system default) or the record is unreadable: the offset between a raw
     # value and its display value is the session's time zone at that instant.
     for (alias, table), probe in zip(settings.tables.items(), probes, strict=True):
         if probe.row is None:
             continue
         params = _table_params(table, with_query=False)
-        params.update(
-            {"sysparm_fields": table.timestamp_field, "sysparm_display_value": "all"}
-        )
+        params.update({"sysparm_fields": table.timestamp_field, "sysparm_display_value": "all"})
         params.pop("sysparm_no_count")
         try:
             page = await _get(client, table.name, params)
@@ -671,17 +680,6 @@ async def _time_zone(
 # --------------------------------------------------------------------------------------------
 
 
-def _secret_values(settings: Settings) -> list[str]:
-    values: list[SecretStr | None] = [
-        settings.snow.auth.password,
-        settings.snow.auth.oauth_client_secret,
-        settings.snow.auth.api_key,
-        settings.kafka.sasl_password,
-        settings.rest.auth_token,
-    ]
-    return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
-
-
 def main(config_path: str | None) -> int:
     """``snowsource check --config PATH``: print one line per check; 0, 1 or 2 (see module)."""
     color = sys.stdout.isatty()
@@ -693,13 +691,9 @@ def main(config_path: str | None) -> int:
         return 2
     # The report is the output; library chatter about retries would only blur it.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL + 1)
-    secrets = _secret_values(loaded.settings)
 
     def emit(result: CheckResult) -> None:
-        text = format_result(result, color=color)
-        for secret in secrets:
-            text = text.replace(secret, "***")
-        print(text, flush=True)
+        print(format_result(result, color=color), flush=True)
 
     results = asyncio.run(run_checks(loaded, emit))
     counts = {status: sum(r.status is status for r in results) for status in Status}

@@ -211,12 +211,12 @@ async def _guard(ctx: _Context, force: bool) -> None:
     raise _RefusedError(
         f"refused: {len(members)} snowsource process(es) of connector {ctx.connector!r} "
         f"running (members of consumer group snowsource.{ctx.connector}):\n{running}\n"
-        f"A running process would overwrite the change with its next commit. Stop the "
-        f"snowsource process(es) (SIGTERM) and retry; after a crash this can take up to "
-        f"{session} seconds (the group session timeout), or use --force. "
-        f"(PUT /connectors/{ctx.connector}/stop does not help here: a STOPPED process still "
-        f"runs; against a STOPPED process use its REST API, PATCH or DELETE "
-        f"/connectors/{ctx.connector}/offsets, instead of this script.)"
+        f"A running process would overwrite the change with its next offset commit.\n"
+        f"Stop the snowsource process(es) (SIGTERM) and retry; after a crash this can take up "
+        f"to {session} seconds (the group session timeout), or use --force.\n"
+        f"PUT /connectors/{ctx.connector}/stop does not help here: a STOPPED process still "
+        f"runs. To change offsets under a STOPPED process use its REST API instead "
+        f"(PATCH or DELETE /connectors/{ctx.connector}/offsets)."
     )
 
 
@@ -310,12 +310,11 @@ def _replace(
     store: OffsetStore, partition: SourcePartition, after: bytes | None, label: str
 ) -> list[_Write]:
     """Write ``after`` under the canonical key and tombstone every other spelling of it, so
-    the daemon (which falls back to a foreign spelling) cannot read the old value again."""
+    the daemon (which falls back to a foreign spelling) cannot read the old value again.
+    Each write's ``before`` is what its own key holds, so an unchanged key is not rewritten."""
     foreign = _spellings(store, partition)
-    before = store.get(partition)
-    if before is None and foreign:
-        before = foreign[0].value
-    writes = [_Write(label, encode_key(store.connector, partition), before, after, partition)]
+    canonical = encode_key(store.connector, partition)
+    writes = [_Write(label, canonical, store.get(partition), after, partition)]
     writes.extend(
         _Write(f"{label}: old key spelling", entry.key, entry.value, None) for entry in foreign
     )

@@ -312,6 +312,8 @@ class Poller:
         if raw is None:
             foreign = store.foreign_spelling(spec.partition)
             if foreign is not None:
+                # A refused offset is left exactly where it is: validate before moving it.
+                self._validated(foreign.value)
                 log.warning(
                     "offset stored under a non-canonical key spelling; rewriting it canonically",
                     old_key=foreign.key.decode("utf-8", "replace"),
@@ -324,11 +326,24 @@ class Poller:
         if raw is None:
             log.info("no stored offset; starting from start.timestamp", start=spec.start_timestamp)
             return None
-        offset = validate_offset(
-            decode_value(raw), spec.partition, describe=spec.describe, alias=spec.alias
-        )
+        offset = self._validated(raw)
         log.info("resuming from stored offset", timestamp=offset.timestamp, sys_id=offset.sys_id)
         return offset
+
+    def _validated(self, raw: bytes) -> SourceOffset:
+        """The stored offset, or ``OffsetError`` naming the partition and how to reset it."""
+        spec = self.spec
+        try:
+            value = decode_value(raw)
+        except OffsetError as exc:
+            # decode_value knows nothing of the partition; the table's diagnostic must name it.
+            raise OffsetError(
+                f"unusable offset for {spec.describe}: {exc}. snowsource never guesses at or "
+                f"reuses such an offset; reset it with `snowsource offsets delete {spec.alias}` "
+                f"(the table replays from its start.timestamp) or `snowsource offsets set "
+                f"{spec.alias} --timestamp 'YYYY-MM-DD HH:MM:SS' --sys-id SYS_ID`"
+            ) from exc
+        return validate_offset(value, spec.partition, describe=spec.describe, alias=spec.alias)
 
     async def _adopt_legacy(self) -> bytes | None:
         spec = self.spec

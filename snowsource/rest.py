@@ -161,6 +161,7 @@ class RestServer:
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._closed = False
+        self._closing = asyncio.Event()
         self.app = self._make_app()
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,6 +205,7 @@ class RestServer:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
         # A resume that raced the daemon's shutdown could have started pollers after the
@@ -313,8 +315,21 @@ class RestServer:
             raise _RestError(404, message.format(name))
 
     async def _started(self) -> None:
-        """Operator actions wait until the daemon started its pollers (they race it otherwise)."""
-        await self._daemon.ready.wait()
+        """Operator actions wait until the daemon started its pollers (they race it otherwise),
+        but never hold up a shutdown: a start that failed never sets ``ready``."""
+        if self._daemon.ready.is_set():
+            return
+        waits = [
+            asyncio.create_task(self._daemon.ready.wait(), name="rest:wait-ready"),
+            asyncio.create_task(self._closing.wait(), name="rest:wait-closing"),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        if not self._daemon.ready.is_set():
+            raise _RestError(503, "snowsource is shutting down")
 
     # ------------------------------------------------------------------ read-only views
 

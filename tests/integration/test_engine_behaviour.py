@@ -37,6 +37,19 @@ def status(daemon: Daemon, alias: str) -> TableStatus:
     return daemon.pollers[alias].status
 
 
+def committed_stream(daemon: Daemon, *aliases: str) -> Callable[[], bool]:
+    """Predicate: every named table committed an offset whose phase is ``stream``."""
+
+    def check() -> bool:
+        for alias in aliases:
+            committed = status(daemon, alias).committed
+            if committed is None or committed.phase != "stream":
+                return False
+        return True
+
+    return check
+
+
 def failed(daemon: Daemon, alias: str) -> Callable[[], bool]:
     """Predicate: the table is FAILED."""
     return lambda: status(daemon, alias).state == TableState.FAILED
@@ -115,8 +128,10 @@ async def test_late_committed_rows_in_the_overlap_window_are_emitted_and_counted
         # A late row never moves the cursor back.
         assert st.cursor == anchor_pos
         await poll_until(
-            lambda: st.committed is not None
-            and (st.committed.timestamp, st.committed.sys_id) == (anchor_pos.ts, anchor_pos.id)
+            lambda: (
+                st.committed is not None
+                and (st.committed.timestamp, st.committed.sys_id) == (anchor_pos.ts, anchor_pos.id)
+            )
         )
         # Re-reading the window later suppresses them; they are not counted again.
         sweeps = st.sweeps
@@ -130,15 +145,16 @@ async def test_late_committed_rows_in_the_overlap_window_are_emitted_and_counted
 
 
 async def test_row_updated_twice_during_backfill_ends_in_its_latest_state(env: Env) -> None:
-    env.emu.seed(tables=("incident",), rows=500)
+    env.emu.seed(tables=("incident",), rows=600)
     rows = sorted(env.emu.rows("incident"), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
     read_early, read_late = rows[5], rows[-5]
-    env.emu.latency_ms = 150  # makes the backfill last a few pages' worth of round trips
+    env.emu.latency_ms = 200  # makes the backfill last a few pages' worth of round trips
     settings = env.settings({"incident": {"name": "incident"}})
     async with running(settings) as daemon:
         st = status(daemon, "incident")
         await poll_until(lambda: st.rows_emitted >= 100, timeout=15)
-        assert not st.caught_up and st.phase == "backfill"
+        assert not st.caught_up
+        assert st.phase == "backfill"
         for n in (1, 2):
             for row in (read_early, read_late):
                 env.emu.update("incident", row["sys_id"], {"short_description": f"edit {n}"})
@@ -210,11 +226,7 @@ async def test_display_values_shape_records_while_the_cursor_stays_raw(
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, *aliases))
         specs = {a: daemon.pollers[a].spec for a in aliases}
-        for alias in aliases:
-            st = status(daemon, alias)
-            await poll_until(
-                lambda st=st: st.committed is not None and st.committed.phase == "stream"
-            )
+        await poll_until(committed_stream(daemon, *aliases))
 
     values = {}
     for alias in aliases:
@@ -285,9 +297,7 @@ async def test_database_view_with_prefixed_cursor_fields(env: Env, past: Past) -
         spec = daemon.pollers["incident_sla"].spec
         st = status(daemon, "incident_sla")
         last = incidents[-1]
-        await poll_until(
-            lambda: st.committed is not None and st.committed.sys_id == last["sys_id"]
-        )
+        await poll_until(lambda: st.committed is not None and st.committed.sys_id == last["sys_id"])
 
     assert spec.partition.timestamp_field == "inc_sys_updated_on"
     assert spec.partition.table == "incident_sla"
@@ -320,9 +330,7 @@ async def test_record_contract_key_value_headers_timestamp_and_partition(env: En
     env.emu.seed(tables=("incident",), rows=150)
     rows = {r["sys_id"]: r for r in env.emu.rows("incident")}
     ordered = sorted(rows.values(), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
-    settings = env.settings(
-        {"incident": {"name": "incident"}}, **{"topic.creation.partitions": 3}
-    )
+    settings = env.settings({"incident": {"name": "incident"}}, **{"topic.creation.partitions": 3})
     started_ms = time.time() * 1000
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))
@@ -334,7 +342,8 @@ async def test_record_contract_key_value_headers_timestamp_and_partition(env: En
     instance = env.url.split("://", 1)[1].encode()
     first_page = {r["sys_id"] for r in ordered[:100]}  # batch.size 100: a full page, then 50
     for record in records:
-        assert record.key is not None and record.value is not None
+        assert record.key is not None
+        assert record.value is not None
         sys_id = record.key.decode("utf-8")
         row = rows[sys_id]
         assert record.json == row  # the row as the Table API returned it (raw, no links)
@@ -375,7 +384,8 @@ async def test_query_domain_false_reads_every_domain_and_true_does_not(env: Env)
     pages = [r for r in env.emu.journal.for_table("incident") if "sysparm_query" in r.params]
     no_domain = [r for r in pages if r.params["sysparm_limit"] == "100"]
     domain = [r for r in pages if r.params["sysparm_limit"] == "90"]
-    assert no_domain and domain
+    assert no_domain
+    assert domain
     assert all(r.params.get("sysparm_query_no_domain") == "true" for r in no_domain)
     assert all("sysparm_query_no_domain" not in r.params for r in domain)
 
@@ -397,7 +407,8 @@ async def test_a_403_fails_only_that_table(env: Env) -> None:
         assert status(daemon, "incident").state == TableState.RUNNING
 
     assert error is not None
-    assert "change_request" in error and "403" in error
+    assert "change_request" in error
+    assert "403" in error
     # A 403 is not retried.
     assert len(env.emu.journal.for_table("change_request")) == 1
     assert set(keys_of(await read_topic(env.bootstrap, env.topic("incident")))) == expected
@@ -442,7 +453,8 @@ async def test_5xx_malformed_bodies_and_execution_time_are_retried(env: Env) -> 
     ]
     limits = [int(r.params["sysparm_limit"]) for r in pages]
     assert limits[0] == 100
-    assert 50 in limits and 25 in limits
+    assert 50 in limits
+    assert 25 in limits
     assert limits.index(50) < limits.index(25)
     assert [r.status for r in pages if int(r.params["sysparm_limit"]) > 25].count(500) >= 2
     assert limits[-1] == 25
@@ -474,10 +486,12 @@ async def test_a_page_hidden_by_row_acls_fails_the_table_instead_of_spinning(
         )
 
     assert error is not None
-    assert "ACL" in error and "incident" in error
+    assert "ACL" in error
+    assert "incident" in error
     requests = env.emu.journal.for_table("incident")
     counts = [r for r in requests if r.params.get("sysparm_no_count") == "false"]
-    assert len(counts) == 1 and counts[0].params["sysparm_limit"] == "1"
+    assert len(counts) == 1
+    assert counts[0].params["sysparm_limit"] == "1"
     assert len(requests) <= 5  # probe, full page, empty page, count: no loop
     keys = keys_of(await read_topic(env.bootstrap, env.topic("incident")))
     assert sorted(keys) == sorted(r["sys_id"] for r in visible)
@@ -507,13 +521,15 @@ async def test_rows_without_id_or_with_a_bad_timestamp_fail_their_table(
         id_error = status(daemon, "things").last_error
 
     assert ts_error is not None
-    assert bad["sys_id"] in ts_error and "sys_updated_on" in ts_error and bad_value in ts_error
+    assert bad["sys_id"] in ts_error
+    assert "sys_updated_on" in ts_error
+    assert bad_value in ts_error
     assert id_error is not None
-    assert keyless["sys_id"] in id_error and "u_key" in id_error and "''" in id_error
+    assert keyless["sys_id"] in id_error
+    assert "u_key" in id_error
+    assert "''" in id_error
     # The bad rows never reach Kafka (their page's good rows may or may not have).
-    assert set(keys_of(await read_topic(env.bootstrap, env.topic("incident")))) <= {
-        good["sys_id"]
-    }
+    assert set(keys_of(await read_topic(env.bootstrap, env.topic("incident")))) <= {good["sys_id"]}
     assert set(keys_of(await read_topic(env.bootstrap, env.topic("things")))) <= {
         thing_good["u_key"]
     }
@@ -539,7 +555,8 @@ async def test_missing_topic_without_topic_creation_fails_that_table(
         error = st.last_error
 
     assert error is not None
-    assert missing in error and "topic.creation.enable" in error
+    assert missing in error
+    assert "topic.creation.enable" in error
     assert missing not in await kafka_admin.list_topics()
     assert not env.emu.journal.for_table("change_request")
     keys = keys_of(await read_topic(env.bootstrap, existing))

@@ -121,14 +121,9 @@ def key(env: Env, p: SourcePartition) -> bytes:
 
 def table_rows(out: str) -> list[list[str]]:
     """The rows of ``offsets list`` (header dropped, notes excluded)."""
-    lines = out.split("notes:")[0].strip().splitlines()
+    lines = out.split("notes:", maxsplit=1)[0].strip().splitlines()
     assert lines[0].split() == ["ALIAS", "TABLE", "MATCH", "TIMESTAMP", "SYS_ID", "PHASE"]
-    return [line.split("  ") and _columns(line) for line in lines[1:]]
-
-
-def _columns(line: str) -> list[str]:
-    parts = [p.strip() for p in line.split("  ") if p.strip()]
-    return parts
+    return [[cell.strip() for cell in line.split("  ") if cell.strip()] for line in lines[1:]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,7 +131,7 @@ def _columns(line: str) -> list[str]:
 
 
 async def test_list_shows_ok_stale_and_orphaned_partitions(env: Env, cli: Cli) -> None:
-    tables = {"incident": {"name": "incident", "query": "active=true"}, **{"change": TABLES["change"]}}
+    tables = {"incident": {"name": "incident", "query": "active=true"}, "change": TABLES["change"]}
     settings, config = configure(env, tables)
     ok = partition(env, "incident", "active=true")
     stale = partition(env, "incident")  # the query was changed since this was written
@@ -164,8 +159,7 @@ async def test_list_shows_ok_stale_and_orphaned_partitions(env: Env, cli: Cli) -
     assert "no stored offset (starts from start.timestamp): change (1970-01-01 00:00:00)" in notes
 
     # --config may also come before the subcommand.
-    capsys_free = await amain(["--config", str(config), "list", "--json"])
-    assert capsys_free == 0
+    assert await amain(["--config", str(config), "list", "--json"]) == 0
     result = await cli(config, "list", "--json")
     assert result.code == 0
     assert orjson.loads(result.out) == {
@@ -202,8 +196,13 @@ async def test_subprocess_list_and_config_error(env: Env) -> None:
     await seed(settings, [(key(env, p), offset(p, "2026-09-29 06:30:00", "abc"))])
 
     proc = await asyncio.create_subprocess_exec(
-        SNOWSOURCE, "offsets", "list", "--config", str(config),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        SNOWSOURCE,
+        "offsets",
+        "list",
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
@@ -213,8 +212,13 @@ async def test_subprocess_list_and_config_error(env: Env) -> None:
 
     bad = write_config(env.tmp_path / "bad.yaml", {**env.document(TABLES), "nmae": "typo"})
     proc = await asyncio.create_subprocess_exec(
-        SNOWSOURCE, "offsets", "list", "--config", str(bad),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        SNOWSOURCE,
+        "offsets",
+        "list",
+        "--config",
+        str(bad),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
     assert proc.returncode == 2
@@ -256,11 +260,17 @@ async def test_rewind_then_daemon_reemits_rows_from_that_point(env: Env, cli: Cl
 
 async def test_delete_then_daemon_replays_from_start_timestamp(env: Env, cli: Cli) -> None:
     env.emu.seed(tables=("incident",), rows=30)
+    rows = sorted(env.emu.rows("incident"), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
     settings, config = configure(env, {"incident": {"name": "incident"}})
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))
-    assert len(await read_topic(env.bootstrap, env.topic("incident"))) == 30
+    first = await read_topic(env.bootstrap, env.topic("incident"))
+    assert len(first) == 30
 
+    # Backfill again from a new start.timestamp: it is read only when a table has no offset
+    # (and does not change the partition), so change it and delete the offset.
+    start = rows[12]["sys_updated_on"]
+    settings, config = configure(env, {"incident": {"name": "incident", "start.timestamp": start}})
     result = await cli(config, "delete", "incident")
     assert result.code == 0, result.err
     assert "after:  (deleted)" in result.out
@@ -272,9 +282,10 @@ async def test_delete_then_daemon_replays_from_start_timestamp(env: Env, cli: Cl
 
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))
-    records = await read_topic(env.bootstrap, env.topic("incident"))
-    assert len(records) == 60
-    assert {r.key for r in records[:30]} == {r.key for r in records[30:]}
+    replayed = (await read_topic(env.bootstrap, env.topic("incident")))[len(first) :]
+    assert [r.key.decode() for r in replayed if r.key] == [
+        r["sys_id"] for r in rows if r["sys_updated_on"] >= start
+    ]
 
 
 async def test_refused_while_a_daemon_runs_force_overrides_free_at_once_after_stop(
@@ -299,8 +310,11 @@ async def test_refused_while_a_daemon_runs_force_overrides_free_at_once_after_st
         assert f"PUT /connectors/{env.name}/stop does not help here" in refused.err
         assert (await live(env))[key(env, p)] == stored
 
-        for args in (["reset", "--yes"], ["delete", "incident"], ["set", "incident",
-                     "--timestamp", "2026-01-01 00:00:00", "--sys-id", "x"]):
+        for args in (
+            ["reset", "--yes"],
+            ["delete", "incident"],
+            ["set", "incident", "--timestamp", "2026-01-01 00:00:00", "--sys-id", "x"],
+        ):
             result = await cli(config, *args)
             assert result.code == 1
             assert "refused" in result.err
@@ -467,7 +481,7 @@ async def test_export_then_import_into_a_fresh_topic_reproduces_the_bytes(
     assert listing == orjson.loads((await cli(config, "list", "--json")).out)
 
     target_topic = unique("imported")
-    _target_settings, target = configure(env, **{"offset.storage.topic": target_topic})
+    _target_settings, target = configure(env, TABLES, **{"offset.storage.topic": target_topic})
     result = await cli(target, "import", str(exported))
     assert result.code == 0, result.err
     assert "wrote 3 record(s)" in result.out
@@ -499,8 +513,10 @@ async def test_import_validates_every_entry_before_writing(
     result = await cli(config, "import", str(path))
     assert result.code == 2
     assert "nothing was written" in result.err
-    assert "offsets[1]" in result.err and "unknown phase 'done'" in result.err
-    assert "offsets[2]" in result.err and "not a snowsource partition" in result.err
+    assert "offsets[1]" in result.err
+    assert "unknown phase 'done'" in result.err
+    assert "offsets[2]" in result.err
+    assert "not a snowsource partition" in result.err
     assert "offsets[0]" not in result.err
     topics = await kafka_admin.describe_topics([env.offsets_topic])
     assert topics[0]["error_code"] != 0, "nothing may be contacted or created"
@@ -524,3 +540,20 @@ async def test_import_validates_every_entry_before_writing(
 def _connector(key_bytes: bytes) -> str | None:
     parsed = parse_key(key_bytes)
     return parsed[0] if parsed else None
+
+
+async def test_import_of_a_foreign_spelled_offset_rewrites_it_canonically(
+    env: Env, cli: Cli
+) -> None:
+    settings, config = configure(env)
+    p = partition(env, "incident")
+    foreign = orjson.dumps([env.name, dict(reversed(list(p.as_dict().items())))])
+    await seed(settings, [(foreign, offset(p))])
+    path = env.tmp_path / "same.json"
+    path.write_bytes(
+        orjson.dumps({"offsets": [{"partition": p.as_dict(), "offset": orjson.loads(offset(p))}]})
+    )
+    result = await cli(config, "import", str(path))
+    assert result.code == 0, result.err
+    assert "wrote 2 record(s)" in result.out
+    assert await live(env) == {key(env, p): offset(p)}
