@@ -144,6 +144,32 @@ async def test_late_committed_rows_in_the_overlap_window_are_emitted_and_counted
     assert keys.count(anchor["sys_id"]) == 1
 
 
+async def test_an_update_inside_the_same_second_is_emitted_and_a_re_read_is_suppressed(
+    env: Env,
+) -> None:
+    settings = env.settings({"incident": {"name": "incident"}}, **{"overlap.seconds": 10})
+    async with running(settings) as daemon:
+        st = status(daemon, "incident")
+        await poll_until(caught_up(daemon, "incident"))
+        row = env.emu.insert("incident", {"short_description": "v1"})
+        position = Position(row["sys_updated_on"], row["sys_id"])
+        await poll_until(lambda: st.cursor == position, timeout=10)
+        # The overlap re-read of an unchanged row is suppressed, not produced again.
+        await poll_until(lambda: st.rows_suppressed >= 1, timeout=10)
+        emitted = st.rows_emitted
+        # Same second, no system field moves (like a view without sys_mod_count): only the
+        # value differs, and that alone must get it emitted.
+        env.emu.update(
+            "incident", row["sys_id"], {"short_description": "v2"}, auto_sys_fields=False
+        )
+        await poll_until(lambda: st.rows_emitted > emitted, timeout=10)
+        assert st.cursor == position
+
+    records = await read_topic(env.bootstrap, env.topic("incident"))
+    versions = [r.json["short_description"] for r in records if r.key == row["sys_id"].encode()]
+    assert versions == ["v1", "v2"]
+
+
 async def test_row_updated_twice_during_backfill_ends_in_its_latest_state(env: Env) -> None:
     env.emu.seed(tables=("incident",), rows=600)
     rows = sorted(env.emu.rows("incident"), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
