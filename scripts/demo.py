@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from pydantic import SecretStr
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from pydantic import SecretStr
 
 from snowsource.config import Settings, load_config
 from snowsource.errors import ConfigError, ServiceNowError
@@ -149,15 +149,15 @@ class Child:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop(timeout=15)
+        await self.stop(within=15)
 
     @property
     def returncode(self) -> int | None:
         """The exit code once the process has ended."""
         return None if self.proc is None else self.proc.returncode
 
-    async def stop(self, timeout: float) -> int | None:
-        """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Safe to call more than once."""
+    async def stop(self, within: float) -> int | None:
+        """SIGTERM, wait up to ``within`` s, then SIGKILL. Safe to call more than once."""
         proc = self.proc
         if proc is None:
             return None
@@ -165,9 +165,9 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), timeout)
+                await asyncio.wait_for(proc.wait(), within)
             except TimeoutError:
-                print(f"demo: {self.name} did not stop within {timeout:g}s; killing it")
+                print(f"demo: {self.name} did not stop within {within:g}s; killing it")
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
@@ -193,15 +193,16 @@ async def _wait_for_emulator(url: str, emulator: Child, log_path: Path) -> None:
         while True:
             if emulator.returncode is not None:
                 raise SystemExit(
-                    f"demo: the emulator exited with code {emulator.returncode}:\n"
-                    f"{_tail(log_path)}"
+                    f"demo: the emulator exited with code {emulator.returncode}:\n{_tail(log_path)}"
                 )
             try:
                 await client.get_page("incident", {"sysparm_limit": "1"})
                 return
             except ServiceNowError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"demo: the emulator did not answer:\n{_tail(log_path)}")
+                    raise SystemExit(
+                        f"demo: the emulator did not answer:\n{_tail(log_path)}"
+                    ) from None
                 await asyncio.sleep(0.3)
 
 
@@ -337,9 +338,7 @@ def table_line(view: TableView, width: int) -> str:
     if state == "backfill" and view.total:
         fraction = min(view.rows / view.total, 0.99)
         rate = view.rate()
-        eta = (
-            human_seconds(max(view.total - view.rows, 0) / rate) if rate else "-"
-        )
+        eta = human_seconds(max(view.total - view.rows, 0) / rate) if rate else "-"
         body = (
             f"{progress_bar(fraction)} {fraction * 100:3.0f}%  "
             f"{view.rows:>7,}/{view.total:,} rows  {view.rate() or 0:>6,.0f} rows/s  "
@@ -352,18 +351,23 @@ def table_line(view: TableView, width: int) -> str:
 
 
 class Screen:
-    """Redraws in place on a tty; otherwise prints a line per table when it changed."""
+    """Redraws in place on a tty; otherwise prints a table's line when it changed (throttled)."""
 
     def __init__(self, views: list[TableView], started: float) -> None:
         self.views = views
         self.started = started
         self.tty = sys.stdout.isatty()
         self._drawn = 0
-        self._printed: dict[str, tuple[str, float]] = {}
+        self._printed: dict[str, tuple[str, str, float]] = {}
 
     def width(self) -> int:
         """Terminal width (generous when not a terminal)."""
         return shutil.get_terminal_size((160, 24)).columns if self.tty else 200
+
+    def message(self, text: str) -> None:
+        """A line above the live view (which is redrawn below it)."""
+        print(f"! {text}", flush=True)
+        self._drawn = 0
 
     def draw(self, footer: str) -> None:
         """Refresh the view."""
@@ -379,15 +383,12 @@ class Screen:
             return
         now = time.monotonic()
         for view in self.views:
-            line = table_line(view, width)
-            key = f"{view.state} {view.rows} {view.sweeps} {view.failed}"
-            previous = self._printed.get(view.alias)
-            if previous is not None and (
-                previous[0] == key or now - previous[1] < PLAIN_LINE_SECONDS
-            ) and previous[0].split()[0] == view.state:
-                continue
-            self._printed[view.alias] = (key, now)
-            print(f"[{elapsed:7.1f}s] {line}", flush=True)
+            state, content = view.state, f"{view.rows} {view.sweeps} {view.failed}"
+            last_state, last_content, last_time = self._printed.get(view.alias, ("", "", 0.0))
+            changed = content != last_content and now - last_time >= PLAIN_LINE_SECONDS
+            if state != last_state or changed:
+                self._printed[view.alias] = (state, content, now)
+                print(f"[{elapsed:6.1f}s] {table_line(view, width)}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -578,24 +579,22 @@ async def demo(options: Options) -> int:
     python = sys.executable
     workdir = Path(tempfile.mkdtemp(prefix="snowsource-demo-"))
     config_path = workdir / "config.yaml"
-    emulator_log = workdir / "emulator.log"
-    daemon_log = workdir / "snowsource.log"
-    print(f"snowsource demo — working directory {workdir}")
+    emulator_log, daemon_log = workdir / "emulator.log", workdir / "snowsource.log"
+    print(f"snowsource demo: working directory {workdir}")
     await _kafka_ready(options.bootstrap)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     rest_port = _free_port() if importlib.util.find_spec("snowsource.rest") else None
     stop = asyncio.Event()
     children: list[Child] = []
-    messages: list[str] = []
     started = time.monotonic()
     with emulator_log.open("wb") as elog, daemon_log.open("wb") as dlog:
         emulator = Child(
             "emulator",
             [
-                python, "-m", "snowsource", "emulator", "--port", str(port),
-                "--tables", ",".join(TABLES), "--rows", str(options.rows),
-                "--activity", f"{options.activity:g}", "--latency-ms", f"{options.latency_ms:g}",
+                *(python, "-m", "snowsource", "emulator", "--port", str(port)),
+                *("--tables", ",".join(TABLES), "--rows", str(options.rows)),
+                *("--activity", f"{options.activity:g}", "--latency-ms", f"{options.latency_ms:g}"),
             ],
             elog,
             pipe=False,
@@ -603,55 +602,30 @@ async def demo(options: Options) -> int:
         children.append(emulator)
         async with _signals(stop, children), emulator:
             print(
-                f"starting the ServiceNow emulator on {url} (user {EMULATOR_USER}/"
-                f"{EMULATOR_PASSWORD}; seeding {options.rows:,} rows per table: "
-                f"{', '.join(TABLES)}) ..."
+                f"starting the ServiceNow emulator on {url} (user {EMULATOR_USER}, password "
+                f"{EMULATOR_PASSWORD}), seeding {options.rows:,} rows into each of "
+                f"{', '.join(TABLES)} ..."
             )
             await _wait_for_emulator(url, emulator, emulator_log)
             settings = write_config(config_path, url=url, options=options, rest_port=rest_port)
-            views = [
-                TableView(alias, table.topic, normalise_query(table.query))
-                for alias, table in settings.tables.items()
-            ]
-            by_alias = {view.alias: view for view in views}
-            names = {alias: table.name for alias, table in settings.tables.items()}
-            auth = BasicAuth(EMULATOR_USER, SecretStr(EMULATOR_PASSWORD))
-            async with (
-                ServiceNowClient(url, auth) as client,
-                KafkaTracker(options.bootstrap, views) as tracker,
-            ):
-                await asyncio.gather(*(count_rows(client, v, names[v.alias]) for v in views))
-                print(f"connector {settings.name}: snowsource run --config {config_path}")
-                print(f"Kafka {options.bootstrap}; topics {', '.join(v.topic for v in views)}")
-                if rest_port is not None:
-                    print(
-                        f"REST: curl -s http://127.0.0.1:{rest_port}/connectors/"
-                        f"{settings.name}/status"
-                    )
-                if options.seconds is not None:
-                    print(f"running headless for {options.seconds:g} s (DEMO_SECONDS)")
-                else:
-                    print("Ctrl-C stops the demo cleanly")
-                print()
-                daemon = Child(
-                    "snowsource",
-                    [python, "-m", "snowsource", "run", "--config", str(config_path)],
-                    dlog,
-                    pipe=True,
-                )
-                children.append(daemon)
-                async with daemon:
-                    follower = asyncio.create_task(follow_daemon(daemon, by_alias, dlog, messages))
-                    screen = Screen(views, time.monotonic())
-                    code = await _live(
-                        options, stop, screen, views, tracker, client, names, follower, messages
-                    )
-                    if code is None:
-                        code = await daemon.stop(timeout=settings.shutdown_timeout_seconds + 15)
-                    await follower
-                    await tracker.drain(within=5)
-                    screen.draw("stopped")
-            print("stopping the emulator ...")
+            daemon = Child(
+                "snowsource",
+                [python, "-m", "snowsource", "run", "--config", str(config_path)],
+                dlog,
+                pipe=True,
+            )
+            children.append(daemon)
+            run = _Run(
+                options,
+                settings=settings,
+                url=url,
+                stop=stop,
+                daemon=daemon,
+                log=dlog,
+                rest_port=rest_port,
+            )
+            code, views, messages = await run.watch(config_path)
+        print("stopped the emulator")
     return _summary(
         views,
         code=code,
@@ -662,47 +636,108 @@ async def demo(options: Options) -> int:
     )
 
 
-async def _live(
-    options: Options,
-    stop: asyncio.Event,
-    screen: Screen,
-    views: list[TableView],
-    tracker: KafkaTracker,
-    client: ServiceNowClient,
-    names: dict[str, str],
-    follower: asyncio.Task[None],
-    messages: list[str],
-) -> int | None:
-    """Refresh the view until stopped; the daemon's exit code if it ended on its own."""
-    deadline = None if options.seconds is None else time.monotonic() + options.seconds
-    next_count = time.monotonic() + 3
-    shown = 0
-    footer = "Ctrl-C to stop" if deadline is None else "headless run"
-    while not stop.is_set():
-        await tracker.poll()
-        now = time.monotonic()
-        for view in views:
-            view.sample(now)
-        if now >= next_count:
-            # Activity keeps adding rows: keep the backfill target current.
-            backfilling = [v for v in views if v.state in ("starting", "backfill")]
-            await asyncio.gather(*(count_rows(client, v, names[v.alias]) for v in backfilling))
-            next_count = now + 3
-        while shown < len(messages):
-            if screen.tty and screen._drawn:  # noqa: SLF001 - same module, keeps the box intact
-                screen._drawn = 0  # noqa: SLF001
-            print(f"! {messages[shown]}", flush=True)
-            shown += 1
-        screen.draw(footer)
-        if follower.done():
-            print("demo: snowsource exited on its own; see the log below", flush=True)
-            return -1
-        if deadline is not None and now >= deadline:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), REFRESH_SECONDS)
-    print("\nstopping snowsource (SIGTERM: finish in-flight pages, commit, exit) ...", flush=True)
-    return None
+class _Run:
+    """The daemon's lifetime: start it, show progress, stop it, collect what happened."""
+
+    def __init__(
+        self,
+        options: Options,
+        *,
+        settings: Settings,
+        url: str,
+        stop: asyncio.Event,
+        daemon: Child,
+        log: IO[bytes],
+        rest_port: int | None,
+    ) -> None:
+        self.options = options
+        self.settings = settings
+        self.url = url
+        self.stop = stop
+        self.daemon = daemon
+        self.log = log
+        self.rest_port = rest_port
+        self.views = [
+            TableView(alias, table.topic, normalise_query(table.query))
+            for alias, table in settings.tables.items()
+        ]
+        self.names = {alias: table.name for alias, table in settings.tables.items()}
+        self.messages: list[str] = []
+
+    async def watch(self, config_path: Path) -> tuple[int | None, list[TableView], list[str]]:
+        """Run the daemon until stopped; its exit code, the views and notable messages."""
+        options, settings, views = self.options, self.settings, self.views
+        auth = BasicAuth(EMULATOR_USER, SecretStr(EMULATOR_PASSWORD))
+        async with (
+            ServiceNowClient(self.url, auth) as client,
+            KafkaTracker(options.bootstrap, views) as tracker,
+        ):
+            await self._count(client, views)
+            print(f"connector {settings.name}: snowsource run --config {config_path}")
+            print(f"Kafka {options.bootstrap}, topics {', '.join(v.topic for v in views)}")
+            if self.rest_port is not None:
+                print(
+                    f"REST: curl -s http://127.0.0.1:{self.rest_port}/connectors/"
+                    f"{settings.name}/status"
+                )
+            if options.seconds is not None:
+                print(f"running headless for {options.seconds:g} s (DEMO_SECONDS)")
+            print()
+            async with self.daemon:
+                by_alias = {view.alias: view for view in views}
+                follower = asyncio.create_task(
+                    follow_daemon(self.daemon, by_alias, self.log, self.messages)
+                )
+                screen = Screen(views, time.monotonic())
+                await self._live(screen, tracker, client, follower)
+                code = await self.daemon.stop(within=settings.shutdown_timeout_seconds + 15)
+                await follower
+                await tracker.drain(within=5)
+                self._show_messages(screen)
+                screen.draw("stopped")
+        return code, views, self.messages
+
+    async def _count(self, client: ServiceNowClient, views: list[TableView]) -> None:
+        await asyncio.gather(*(count_rows(client, v, self.names[v.alias]) for v in views))
+
+    def _show_messages(self, screen: Screen) -> None:
+        while self._shown < len(self.messages):
+            screen.message(self.messages[self._shown])
+            self._shown += 1
+
+    _shown = 0
+
+    async def _live(
+        self,
+        screen: Screen,
+        tracker: KafkaTracker,
+        client: ServiceNowClient,
+        follower: asyncio.Task[None],
+    ) -> None:
+        """Refresh the view until stopped, DEMO_SECONDS passed, or the daemon ended by itself."""
+        seconds = self.options.seconds
+        deadline = None if seconds is None else time.monotonic() + seconds
+        next_count = time.monotonic() + 3
+        footer = "Ctrl-C stops the demo" if deadline is None else "headless run (DEMO_SECONDS)"
+        while not self.stop.is_set():
+            await tracker.poll()
+            now = time.monotonic()
+            for view in self.views:
+                view.sample(now)
+            if now >= next_count:
+                # The activity keeps adding rows: keep the backfill targets current.
+                await self._count(client, [v for v in self.views if v.state != "stream"])
+                next_count = now + 3
+            self._show_messages(screen)
+            screen.draw(footer)
+            if follower.done():
+                screen.message("snowsource exited on its own")
+                return
+            if deadline is not None and now >= deadline:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), REFRESH_SECONDS)
+        screen.message("stopping snowsource (SIGTERM: finish in-flight pages, commit, exit) ...")
 
 
 def _summary(
@@ -717,7 +752,9 @@ def _summary(
     ok = code == 0 and all(view.rows > 0 and not view.failed for view in views)
     print()
     print(f"Summary — ran {human_seconds(elapsed)}, snowsource exit code {code}")
-    print(f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  last committed cursor")
+    print(
+        f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  last committed cursor"
+    )
     for view in views:
         print(
             f"  {view.alias:<15} {view.state:<9} {view.rows:>13,}  {view.sweeps:>6}  "
@@ -736,11 +773,14 @@ def _summary(
     print(f"  {python} {demo} peek {views[0].topic} --count 3")
     print(f"  less {daemon_log}")
     print(f"  {snowsource} run --config {config_path}   # resumes; needs `snowsource emulator`")
-    print(f"\n{'OK' if ok else 'PROBLEM'}: " + (
-        "every table delivered rows and snowsource shut down cleanly"
-        if ok
-        else "a table delivered nothing, failed, or snowsource did not exit 0"
-    ))
+    print(
+        f"\n{'OK' if ok else 'PROBLEM'}: "
+        + (
+            "every table delivered rows and snowsource shut down cleanly"
+            if ok
+            else "a table delivered nothing, failed, or snowsource did not exit 0"
+        )
+    )
     return 0 if ok else 1
 
 
@@ -751,24 +791,27 @@ def _summary(
 
 async def peek(topic: str, count: int, bootstrap: str) -> int:
     """Print the last ``count`` records of ``topic``: key, headers, value."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    conn = KafkaConnection(bootstrap_servers=bootstrap, client_id="snowsource-demo-peek")
+    async with admin_client(conn) as admin:
+        found = await existing_topics(admin, [topic])
+    if topic not in found:
+        print(f"peek: topic {topic!r} not found at {bootstrap}", file=sys.stderr)
+        return 1
+    consumer = AIOKafkaConsumer(**conn.client_kwargs(), enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public API
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            print(f"peek: topic {topic!r} not found at {bootstrap}", file=sys.stderr)
-            return 1
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        tps = [TopicPartition(topic, p) for p in range(found[topic])]
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
         starts = await consumer.beginning_offsets(tps)
         for tp in tps:
             consumer.seek(tp, max(ends[tp] - count, starts[tp]))
         records: list[Any] = []
-        while any(await consumer.position(tp) < ends[tp] for tp in tps):
-            for batch in (await consumer.getmany(timeout_ms=1000)).values():
-                records.extend(r for r in batch if r.offset < ends[r_tp(r, topic)])
+        pending = [tp for tp in tps if ends[tp] > starts[tp]]
+        while pending:
+            for tp, batch in (await consumer.getmany(*pending, timeout_ms=1000)).items():
+                records.extend(r for r in batch if r.offset < ends[tp])
+            pending = [tp for tp in pending if await consumer.position(tp) < ends[tp]]
         for record in sorted(records, key=lambda r: r.timestamp)[-count:]:
             headers = {k: v.decode("utf-8", "replace") for k, v in record.headers}
             key = record.key.decode("utf-8", "replace") if record.key else None
@@ -776,14 +819,11 @@ async def peek(topic: str, count: int, bootstrap: str) -> int:
             print(f"--- {topic}[{record.partition}]@{record.offset} key={key}")
             print(f"    headers: {json.dumps(headers)}")
             print("    value: " + json.dumps(value, indent=2).replace("\n", "\n    "))
+        if not records:
+            print(f"peek: topic {topic!r} is empty")
         return 0
     finally:
         await consumer.stop()
-
-
-def r_tp(record: Any, topic: str) -> TopicPartition:
-    """The record's topic-partition."""
-    return TopicPartition(topic, record.partition)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -657,10 +657,18 @@ class RestServer:
         the daemon would fall back to them once the canonical key is gone."""
         canonical = change.key(self._name)
         await store.write(change.partition, encode_value(change.offset))
+        doomed = {change.partition}
+        if change.offset is None:
+            # Deleting a table's offset means "replay from start.timestamp": the Java
+            # connector's (legacy) offset of that table must go too, or the daemon's migration
+            # fallback would adopt it instead (the offsets script's `delete` does the same).
+            doomed |= {
+                spec.legacy_partition
+                for spec in self._all_specs
+                if spec.partition == change.partition
+            }
         for entry in entries:
-            if entry.key != canonical and (
-                SourcePartition.from_mapping(entry.partition) == change.partition
-            ):
+            if entry.key != canonical and SourcePartition.from_mapping(entry.partition) in doomed:
                 await store.write_raw(entry.key, None)
 
     def _owner_of(self, partition: SourcePartition | None) -> int | None:
