@@ -601,3 +601,38 @@ def test_every_metric_is_documented() -> None:
     text = (REPO / "docs" / "metrics.md").read_text()
     for name in metrics.ALL_METRIC_NAMES:
         assert f"`{name}" in text, name
+
+
+async def test_patch_null_also_drops_the_tables_legacy_offset(
+    env: Env, http: ClientSession
+) -> None:
+    env.emu.seed(tables=("incident",), rows=40)
+    # A reordered query: the Java connector's (legacy) fingerprint differs from ours.
+    tables = {"incident": {"name": "incident", "query": "priority!=9^active=true"}}
+    settings = rest_settings(env, tables, **{"overlap.seconds": 0})
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+        url = base_url(daemon)
+        await stop(http, daemon)
+        spec = spec_of(daemon, "incident")
+        assert spec.legacy_partition != spec.partition
+        store = daemon.store
+        assert store is not None
+        legacy = {**offset(spec, "2030-01-01 00:00:00")}
+        legacy["fingerprint"] = spec.legacy_partition.query_fingerprint
+        await store.write(spec.legacy_partition, orjson.dumps(legacy))
+        before = await read_topic(env.bootstrap, env.topic("incident"))
+
+        body = {"offsets": [{"partition": spec.partition.as_dict(), "offset": None}]}
+        assert (await call(http, "PATCH", f"{url}/offsets", body))[0] == 200
+        assert await read_offsets(env.bootstrap, env.offsets_topic, env.name) == {}
+
+        await resume(http, daemon, "incident")
+        replayed = await new_records(env, "incident", before)
+        # Not adopted from the (far-future) legacy offset: replayed from start.timestamp.
+        expected = [
+            r["sys_id"]
+            for r in cursor_order(env.emu.rows("incident"))
+            if r["active"] == "true" and r["priority"] != "9"
+        ]
+        assert [r.key.decode() for r in replayed if r.key] == expected
