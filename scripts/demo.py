@@ -272,7 +272,7 @@ class TableView:
     sweeps: int = 0
     swept_rows: int = 0
     failed: str | None = None
-    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=40))
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=10))
 
     def sample(self, now: float) -> None:
         """Remember (time, rows) for the rate estimate."""
@@ -753,7 +753,7 @@ def _summary(
     print()
     print(f"Summary — ran {human_seconds(elapsed)}, snowsource exit code {code}")
     print(
-        f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  last committed cursor"
+        f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  cursor after the last sweep"
     )
     for view in views:
         print(

@@ -206,6 +206,7 @@ class Poller:
         self._inflight: list[asyncio.Future[Any]] = []
         self._committer: asyncio.Task[None] | None = None
         self._cursor = Position(spec.start_timestamp, "")
+        self._late_floor = self._cursor
         self._last_submitted: SourceOffset | None = None
         self._set_state(TableState.STARTING)
 
@@ -235,7 +236,10 @@ class Poller:
                     break
                 continue
             except (TableFailedError, OffsetError, TableError, AuthError, KafkaSinkError) as exc:
-                self.fail(str(exc))
+                message = str(exc)
+                if self.spec.describe not in message:
+                    message = f"{self.spec.describe}: {message}"
+                self.fail(message)
                 return
             except Exception as exc:  # a bug must fail this table, never the whole process
                 log.exception("unexpected error")
@@ -267,6 +271,9 @@ class Poller:
             committed_pos, self.spec.overlap_seconds, self.spec.start_timestamp
         )
         self._cursor = committed_pos or Position(self.spec.start_timestamp, "")
+        # Rows below this may have been emitted before the restart (the dedup cache is empty
+        # now), so only rows between it and the cursor can be told apart as late commits.
+        self._late_floor = self._cursor
         self._tracker = CommitTracker()
         self._dedup = DedupCache(self.spec.dedup_max_entries)
         self._produce_error = None
@@ -588,7 +595,7 @@ class Poller:
             if not dedup.should_emit(pos.id, pos.ts, value_digest):
                 result.suppressed += 1
                 continue
-            if pos < cursor and not dedup.contains(pos.id):
+            if self._late_floor <= pos < cursor and not dedup.contains(pos.id):
                 result.late += 1
             dedup.remember(pos.id, pos.ts, value_digest)
             cursor = max(cursor, pos)

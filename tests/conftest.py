@@ -25,7 +25,8 @@ def kafka_bootstrap() -> Iterator[str]:
     if configured:
         yield configured
         return
-    broker = LocalBroker(port=9092, data_dir=REPO / ".kafka" / "9092")
+    port = int(os.environ.get("KAFKA_PORT", "9092"))
+    broker = LocalBroker(port=port, data_dir=REPO / ".kafka" / str(port))
     broker.start()
     yield broker.bootstrap
 
