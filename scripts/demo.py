@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import signal
@@ -50,6 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import structlog
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -186,11 +188,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def _wait_for_emulator(url: str, emulator: Child, log_path: Path) -> None:
+async def _wait_for_emulator(
+    url: str, emulator: Child, log_path: Path, stop: asyncio.Event
+) -> None:
     auth = BasicAuth(EMULATOR_USER, SecretStr(EMULATOR_PASSWORD))
     deadline = time.monotonic() + 180
     async with ServiceNowClient(url, auth, connect_timeout=2, request_timeout=5) as client:
         while True:
+            if stop.is_set():
+                raise SystemExit("demo: interrupted while the emulator was starting")
             if emulator.returncode is not None:
                 raise SystemExit(
                     f"demo: the emulator exited with code {emulator.returncode}:\n{_tail(log_path)}"
@@ -283,7 +289,8 @@ class TableView:
         if len(self.samples) < 2:
             return None
         (t0, r0), (t1, r1) = self.samples[0], self.samples[-1]
-        return (r1 - r0) / (t1 - t0) if t1 > t0 and r1 > r0 else None
+        # Under two seconds of history the estimate swings wildly: show none yet.
+        return (r1 - r0) / (t1 - t0) if t1 - t0 >= 2 and r1 > r0 else None
 
     @property
     def state(self) -> str:
@@ -577,11 +584,11 @@ async def _signals(stop: asyncio.Event, children: list[Child]) -> AsyncIterator[
 async def demo(options: Options) -> int:
     """The whole demo; returns the exit code."""
     python = sys.executable
+    await _kafka_ready(options.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="snowsource-demo-"))
     config_path = workdir / "config.yaml"
     emulator_log, daemon_log = workdir / "emulator.log", workdir / "snowsource.log"
-    print(f"snowsource demo: working directory {workdir}")
-    await _kafka_ready(options.bootstrap)
+    print(f"snowsource demo: Kafka at {options.bootstrap}; working directory {workdir}")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     rest_port = _free_port() if importlib.util.find_spec("snowsource.rest") else None
@@ -606,7 +613,7 @@ async def demo(options: Options) -> int:
                 f"{EMULATOR_PASSWORD}), seeding {options.rows:,} rows into each of "
                 f"{', '.join(TABLES)} ..."
             )
-            await _wait_for_emulator(url, emulator, emulator_log)
+            await _wait_for_emulator(url, emulator, emulator_log, stop)
             settings = write_config(config_path, url=url, options=options, rest_port=rest_port)
             daemon = Child(
                 "snowsource",
@@ -753,7 +760,8 @@ def _summary(
     print()
     print(f"Summary — ran {human_seconds(elapsed)}, snowsource exit code {code}")
     print(
-        f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  cursor after the last sweep"
+        f"  {'table':<15} {'phase':<9} {'rows to Kafka':>13}  {'sweeps':>6}  "
+        "cursor after the last sweep"
     )
     for view in views:
         print(
@@ -839,6 +847,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args:
         print(__doc__)
         return 2
+    # The live view is the output: library warnings (retries while Kafka or the emulator come
+    # up) would only scroll it away. The daemon's own log goes to its file in full.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL + 1)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     return asyncio.run(demo(Options.from_env()))
 
 

@@ -43,7 +43,8 @@ async def test_compacted_topic_round_trip(
             batch = await consumer.getmany(timeout_ms=1000)
             for records in batch.values():
                 for rec in records:
-                    assert rec.key is not None and rec.value is not None
+                    assert rec.key is not None
+                    assert rec.value is not None
                     seen[rec.key] = rec.value
     finally:
         await consumer.stop()
