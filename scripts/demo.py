@@ -19,12 +19,16 @@ What it does:
    what Kafka acknowledged), then the emulator, and prints a summary and commands to look at the
    topics and offsets. The configuration and logs stay in the temporary directory.
 
-Environment: ``DEMO_SECONDS`` (run headless for that long), ``KAFKA_BOOTSTRAP`` (default
-``127.0.0.1:9092``), ``DEMO_ROWS`` (rows seeded per table, default 20000: enough for a backfill
-you can watch), ``DEMO_ACTIVITY`` (rows changed per second, default 5), ``DEMO_LATENCY_MS``
-(emulated ServiceNow latency per request, default 150), ``DEMO_TOPIC_PREFIX`` (put every table
-in ``<prefix><alias>`` instead of the example's topics). ``SNOWSOURCE_*`` variables of the
-calling shell are not passed on: the demo runs exactly the configuration it wrote.
+Environment:
+- ``DEMO_SECONDS``: run headless for that many seconds, then stop as on Ctrl-C;
+- ``KAFKA_BOOTSTRAP``: the broker (default ``127.0.0.1:$KAFKA_PORT``, the one ``scripts/kafka.sh``
+  runs, port 9092 unless ``KAFKA_PORT`` says otherwise);
+- ``DEMO_ROWS``: rows seeded per table (default 20000: a backfill long enough to watch);
+- ``DEMO_ACTIVITY``: rows changed per second while the demo runs (default 5);
+- ``DEMO_LATENCY_MS``: emulated ServiceNow latency per request (default 150);
+- ``DEMO_TOPIC_PREFIX``: put every table in ``<prefix><alias>`` instead of the example's topics.
+``SNOWSOURCE_*`` variables of the calling shell are not passed on: the demo runs exactly the
+configuration it wrote.
 
 Exit code: 0 when the daemon shut down cleanly and every table delivered rows; 1 otherwise.
 """
@@ -107,10 +111,12 @@ class Options:
 
     @classmethod
     def from_env(cls) -> Options:
+        """Read the ``DEMO_*`` / ``KAFKA_*`` variables (see the module docstring)."""
         seconds = _env_number("DEMO_SECONDS", 0)
         return cls(
             seconds=seconds if seconds > 0 else None,
-            bootstrap=os.environ.get("KAFKA_BOOTSTRAP", "").strip() or "127.0.0.1:9092",
+            bootstrap=os.environ.get("KAFKA_BOOTSTRAP", "").strip()
+            or f"127.0.0.1:{os.environ.get('KAFKA_PORT', '').strip() or 9092}",
             rows=int(_env_number("DEMO_ROWS", DEFAULT_ROWS)),
             activity=_env_number("DEMO_ACTIVITY", DEFAULT_ACTIVITY),
             latency_ms=_env_number("DEMO_LATENCY_MS", DEFAULT_LATENCY_MS),
@@ -276,7 +282,6 @@ class TableView:
     lag_s: float | None = None
     cursor: str | None = None
     sweeps: int = 0
-    swept_rows: int = 0
     failed: str | None = None
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=10))
 
@@ -410,7 +415,6 @@ def apply_event(views: dict[str, TableView], event: dict[str, Any]) -> str | Non
     if name == "sweep" and view is not None:
         view.sweeps += 1
         view.phase = str(event.get("phase") or view.phase)
-        view.swept_rows += int(event.get("rows_emitted") or 0)
         lag = event.get("lag_s")
         view.lag_s = float(lag) if isinstance(lag, int | float) else view.lag_s
         view.cursor = str(event.get("cursor") or view.cursor or "")
@@ -670,6 +674,7 @@ class _Run:
         ]
         self.names = {alias: table.name for alias, table in settings.tables.items()}
         self.messages: list[str] = []
+        self._shown = 0  # messages already printed
 
     async def watch(self, config_path: Path) -> tuple[int | None, list[TableView], list[str]]:
         """Run the daemon until stopped; its exit code, the views and notable messages."""
@@ -711,8 +716,6 @@ class _Run:
         while self._shown < len(self.messages):
             screen.message(self.messages[self._shown])
             self._shown += 1
-
-    _shown = 0
 
     async def _live(
         self,

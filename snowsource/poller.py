@@ -483,6 +483,7 @@ class Poller:
             self._fetch(after, hi), name=f"fetch:{self.spec.alias}"
         )
         previous_full = False
+        rewound_floor = Position(hi, "").minus(self.spec.overlap_seconds).ts
         try:
             while fetch is not None:
                 page, limit = await self._await_or_stop(fetch)
@@ -506,6 +507,9 @@ class Poller:
                     )
                 phase = "backfill" if full else "stream"
                 await self._produce_page(rows, positions, phase, result)
+                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
+                # older entries can never suppress anything: a long backfill stays small.
+                self._dedup.evict_older_than(min(last.ts, rewound_floor))
                 result.last_read = last
                 previous = last
                 after = last

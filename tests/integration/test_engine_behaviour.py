@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
+from snowsource import metrics
 from snowsource.cursor import Position
 from snowsource.daemon import Daemon
 from snowsource.emulator.clock import parse_stamp
@@ -587,3 +588,26 @@ async def test_missing_topic_without_topic_creation_fails_that_table(
     assert not env.emu.journal.for_table("change_request")
     keys = keys_of(await read_topic(env.bootstrap, existing))
     assert sorted(keys) == sorted(r["sys_id"] for r in env.emu.rows("incident"))
+
+
+async def test_a_backfill_longer_than_the_dedup_cap_evicts_nothing_by_cap(env: Env) -> None:
+    # Rows one per second: the dedup window slides with the cursor during the backfill, so a
+    # cap below the table size (but above one page) is never reached: no WARN, no metric.
+    base = env.emu.clock.now() - timedelta(hours=2)
+    for i in range(300):
+        env.emu.insert("incident", {"short_description": f"r{i}"}, at=base + timedelta(seconds=i))
+    before = (
+        metrics.REGISTRY.get_sample_value("snowsource_dedup_evictions_total", {"table": "incident"})
+        or 0.0
+    )
+    settings = env.settings(
+        {"incident": {"name": "incident"}}, **{"dedup.max.entries": 150, "batch.size": 100}
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+        assert daemon.pollers["incident"].status.rows_emitted == 300
+    after = (
+        metrics.REGISTRY.get_sample_value("snowsource_dedup_evictions_total", {"table": "incident"})
+        or 0.0
+    )
+    assert after == before
