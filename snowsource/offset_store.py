@@ -17,6 +17,7 @@ from typing import Any, Self
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from snowsource.kafka import (
     CLOSE_TIMEOUT_SECONDS,
@@ -50,6 +51,18 @@ async def _wait_for_topic(admin: Any, topic: str, within: float = 30.0) -> dict[
             if topic not in found:
                 raise TopicConfigError(f"topic {topic!r} was created but never became visible")
             return found
+        await asyncio.sleep(0.1)
+
+
+async def _describe_when_visible(admin: Any, topic: str, within: float = 30.0) -> dict[str, str]:
+    """A new topic's configuration can lag its metadata by a moment: retry briefly."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await describe_topic_configs(admin, topic)
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
         await asyncio.sleep(0.1)
 
 
@@ -124,7 +137,7 @@ class OffsetStore:
                     configs={"cleanup.policy": "compact"},
                 )
                 found = await _wait_for_topic(admin, self.topic)
-            configs = await describe_topic_configs(admin, self.topic)
+            configs = await _describe_when_visible(admin, self.topic)
         policy = configs.get("cleanup.policy", "")
         if policy != "compact":
             # Same rule as a Connect worker: anything but exactly "compact" can lose offsets.

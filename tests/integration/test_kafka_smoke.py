@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError
 
+from snowsource.kafka import describe_topic_configs
 from tests.conftest import TopicFactory
+from tests.integration.engine import poll_until
 
 
 async def test_compacted_topic_round_trip(
@@ -14,10 +16,18 @@ async def test_compacted_topic_round_trip(
 ) -> None:
     topic = await topic_factory("smoke", partitions=3, configs={"cleanup.policy": "compact"})
 
-    described = await kafka_admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, topic)]
-    )
-    entries = {e[0]: e[1] for e in described[0].resources[0][4]}
+    # A new topic's configuration becomes visible a moment after CreateTopics answers.
+    entries: dict[str, str] = {}
+
+    async def described() -> bool:
+        nonlocal entries
+        try:
+            entries = await describe_topic_configs(kafka_admin, topic)
+        except KafkaError:
+            return False
+        return "cleanup.policy" in entries
+
+    await poll_until(described, timeout=30)
     assert entries["cleanup.policy"] == "compact"
 
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
