@@ -26,6 +26,7 @@ from tests.integration.engine import (
     caught_up,
     latest_by_key,
     poll_until,
+    read_offsets,
     read_topic,
     running,
 )
@@ -611,3 +612,29 @@ async def test_a_backfill_longer_than_the_dedup_cap_evicts_nothing_by_cap(env: E
         or 0.0
     )
     assert after == before
+
+
+async def test_a_record_larger_than_max_request_size_fails_the_table_naming_the_row(
+    env: Env,
+) -> None:
+    base = env.emu.clock.now() - timedelta(hours=1)
+    small = [
+        env.emu.insert("incident", {"short_description": f"ok {i}"}, at=base + timedelta(seconds=i))
+        for i in range(5)
+    ]
+    huge = env.emu.insert("incident", {"description": "x" * 20000}, at=base + timedelta(seconds=10))
+    settings = env.settings(
+        {"incident": {"name": "incident"}, "change_request": {"name": "change_request"}},
+        kafka={"bootstrap.servers": env.bootstrap, "max.request.size": 8000},
+    )
+    env.emu.insert("change_request", {"short_description": "fine"}, at=base)
+    async with running(settings) as daemon:
+        status = daemon.pollers["incident"].status
+        await poll_until(lambda: status.state == TableState.FAILED)
+        await poll_until(caught_up(daemon, "change_request"))
+        assert huge["sys_id"] in (status.last_error or "")
+        assert "incident" in (status.last_error or "")
+    records = await read_topic(env.bootstrap, env.topic("incident"))
+    assert {r.key.decode() for r in records if r.key} == {r["sys_id"] for r in small}
+    committed = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
+    assert committed["sys_id"] == max(small, key=lambda r: r["sys_updated_on"])["sys_id"]
