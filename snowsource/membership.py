@@ -19,13 +19,13 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from snowsource.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
+from snowsource.resource import AsyncResource
 
 log = structlog.get_logger("snowsource.membership")
 
@@ -108,7 +108,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner.rebalanced(assigned)
 
 
-class GroupMembership:
+class GroupMembership(AsyncResource):
     """This process's membership in the connector's group; calls ``on_fenced`` once if fenced."""
 
     def __init__(
@@ -134,18 +134,6 @@ class GroupMembership:
         self._check_now = asyncio.Event()
         self._fenced = False
         self._closed = False
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Join the group (the join itself makes any older duplicate see us)."""

@@ -12,8 +12,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -29,6 +28,7 @@ from snowsource.kafka import (
     existing_topics,
 )
 from snowsource.offsets_codec import SourcePartition, encode_key, parse_key
+from snowsource.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +66,7 @@ async def _describe_when_visible(admin: Any, topic: str, within: float = 30.0) -
         await asyncio.sleep(0.1)
 
 
-class OffsetStore:
+class OffsetStore(AsyncResource):
     """Read and write one connector's source offsets in a Connect-compatible offsets topic."""
 
     def __init__(
@@ -90,18 +90,6 @@ class OffsetStore:
         self._num_partitions = 0
         self._closed = False
         self.loaded = asyncio.Event()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""

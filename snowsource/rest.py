@@ -32,8 +32,7 @@ import hmac
 import socket
 import time
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
 import orjson
 import structlog
@@ -57,6 +56,7 @@ from snowsource.offsets_admin import (
 )
 from snowsource.offsets_codec import SourceOffset, SourcePartition, decode_value, encode_value
 from snowsource.poller import TableSpec, TableState, TableStatus
+from snowsource.resource import AsyncResource
 
 __all__ = [
     "ALTERED_MESSAGE",
@@ -134,7 +134,7 @@ def _offset_dict(offset: SourceOffset | None) -> dict[str, str] | None:
     return offset.as_dict() if offset is not None else None
 
 
-class RestServer:
+class RestServer(AsyncResource):
     """The REST API of ``daemon``, served by aiohttp until closed.
 
     An async context manager; ``close`` is idempotent. ``port`` and ``url`` are known once
@@ -165,18 +165,6 @@ class RestServer:
         self.app = self._make_app()
 
     # ------------------------------------------------------------------ lifecycle
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Bind ``rest.host``:``rest.port`` and serve."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaProducer
@@ -33,6 +32,7 @@ from snowsource.kafka import (
     create_topic,
     existing_topics,
 )
+from snowsource.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +59,7 @@ def _is_transient(exc: KafkaError) -> bool:
     return name in {"KafkaTimeoutError", "RequestTimedOutError", "KafkaConnectionError"}
 
 
-class RecordSink:
+class RecordSink(AsyncResource):
     """One idempotent producer shared by every table of the process."""
 
     def __init__(
@@ -81,18 +81,6 @@ class RecordSink:
         )
         self._started = False
         self._closed = False
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Connect the producer."""

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from snowsource.config import Settings, load_config
 from snowsource.daemon import Daemon
 from snowsource.offsets_codec import parse_key
+from snowsource.poller import TableStatus
 
 
 def write_config(path: Path, document: dict[str, Any]) -> Path:
@@ -175,6 +176,29 @@ async def read_offsets(bootstrap: str, topic: str, connector: str) -> dict[str, 
             continue
         out[str(parsed[1]["table"])] = orjson.loads(value)
     return out
+
+
+def status(daemon: Daemon, alias: str) -> TableStatus:
+    """The live status of one table."""
+    return daemon.pollers[alias].status
+
+
+def committed_stream(daemon: Daemon, *aliases: str) -> Callable[[], bool]:
+    """Predicate: every named table committed an offset whose phase is ``stream``."""
+
+    def check() -> bool:
+        for alias in aliases:
+            committed = status(daemon, alias).committed
+            if committed is None or committed.phase != "stream":
+                return False
+        return True
+
+    return check
+
+
+def keys_of(records: list[Record]) -> list[str]:
+    """Record keys as text, in topic order."""
+    return [r.key.decode() for r in records if r.key is not None]
 
 
 def latest_by_key(records: list[Record]) -> dict[str, Any]:

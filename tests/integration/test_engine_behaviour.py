@@ -18,48 +18,27 @@ from snowsource.cursor import Position
 from snowsource.daemon import Daemon
 from snowsource.emulator.clock import parse_stamp
 from snowsource.offsets_codec import encode_key, kafka_partition_for_key
-from snowsource.poller import TableState, TableStatus
+from snowsource.poller import TableState
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import (
-    Record,
     caught_up,
+    committed_stream,
+    keys_of,
     latest_by_key,
     poll_until,
     read_offsets,
     read_topic,
     running,
+    status,
 )
 
 Past = Callable[[float], datetime]
 
 
-def status(daemon: Daemon, alias: str) -> TableStatus:
-    """The live status of one table."""
-    return daemon.pollers[alias].status
-
-
-def committed_stream(daemon: Daemon, *aliases: str) -> Callable[[], bool]:
-    """Predicate: every named table committed an offset whose phase is ``stream``."""
-
-    def check() -> bool:
-        for alias in aliases:
-            committed = status(daemon, alias).committed
-            if committed is None or committed.phase != "stream":
-                return False
-        return True
-
-    return check
-
-
 def failed(daemon: Daemon, alias: str) -> Callable[[], bool]:
     """Predicate: the table is FAILED."""
     return lambda: status(daemon, alias).state == TableState.FAILED
-
-
-def keys_of(records: list[Record]) -> list[str]:
-    """Record keys as text, in topic order."""
-    return [r.key.decode() for r in records if r.key is not None]
 
 
 def stamp_of(row: dict[str, str], field: str = "sys_updated_on") -> datetime:

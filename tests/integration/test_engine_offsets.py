@@ -16,45 +16,25 @@ import pytest
 
 from snowsource.assignment import tables_for_task
 from snowsource.config import Settings
-from snowsource.daemon import Daemon, kafka_connection, table_spec
+from snowsource.daemon import kafka_connection, table_spec
 from snowsource.emulator.clock import stamp
 from snowsource.offset_store import OffsetStore
 from snowsource.offsets_codec import SourceOffset, encode_key, encode_value
-from snowsource.poller import TableSpec, TableState, TableStatus
+from snowsource.poller import TableSpec, TableState
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
+    committed_stream,
+    keys_of,
     poll_until,
     read_topic,
     running,
+    status,
 )
 
 Past = Callable[[float], datetime]
 Row = dict[str, str]
-
-
-def status(daemon: Daemon, alias: str) -> TableStatus:
-    """The live status of one table."""
-    return daemon.pollers[alias].status
-
-
-def committed_stream(daemon: Daemon, *aliases: str) -> Callable[[], bool]:
-    """Predicate: every named table committed an offset whose phase is ``stream``."""
-
-    def check() -> bool:
-        for alias in aliases:
-            committed = status(daemon, alias).committed
-            if committed is None or committed.phase != "stream":
-                return False
-        return True
-
-    return check
-
-
-def keys_of(records: list[Record]) -> list[str]:
-    """Record keys as text, in topic order."""
-    return [r.key.decode() for r in records if r.key is not None]
 
 
 def spec_of(settings: Settings, alias: str) -> TableSpec:
