@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 
 from snowsource.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
 from snowsource.resource import AsyncResource
@@ -181,15 +182,21 @@ class GroupMembership(AsyncResource):
         assert self._consumer is not None
         consumer = self._consumer
         while True:
-            # getmany drives the group protocol's callbacks; paused partitions return nothing.
-            await consumer.getmany(timeout_ms=500)
-            if self._check_now.is_set() or await self._due():
+            try:
+                # getmany drives the group protocol's callbacks; paused partitions return nothing.
+                await consumer.getmany(timeout_ms=500)
+            except KafkaError as exc:
+                # An outage must not end liveness for good: the consumer rejoins by itself.
+                log.warning("consumer group membership interrupted", error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if self._check_now.is_set() or self._due():
                 self._check_now.clear()
                 await self._check()
 
     _last_check = 0.0
 
-    async def _due(self) -> bool:
+    def _due(self) -> bool:
         return time.monotonic() - self._last_check >= self._check_interval
 
     async def _check(self) -> None:
