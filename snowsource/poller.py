@@ -733,7 +733,7 @@ class Poller:
             if self._stop.is_set():
                 raise _StoppingError
             try:
-                page = await self._client.get_page(self.spec.name, params())
+                page = await self._client.get_page(self.spec.name, params(), label=alias)
             except ExecutionTimeExceededError as exc:
                 if sizing and self._sizer.shrink():
                     log.warning(

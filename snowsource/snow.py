@@ -461,14 +461,17 @@ class ServiceNowClient:
 
     # ---- public requests ----------------------------------------------------------------
 
-    async def get_page(self, table: str, params: Mapping[str, str]) -> Page:
+    async def get_page(
+        self, table: str, params: Mapping[str, str], *, label: str | None = None
+    ) -> Page:
         """``GET /api/now/v2/table/{table}`` once; the rows, or the classified error raised.
 
         Timeouts and connection errors raise ``RetriableError``. With OAuth2 a 401 refreshes the
-        token and retries once; a second 401 raises ``AuthError``.
+        token and retries once; a second 401 raises ``AuthError``. ``label`` (default: the
+        table) is what ``on_response`` reports, e.g. the table's alias for metrics.
         """
         url = f"{self._base_url}{TABLE_API_PATH}{quote(table, safe='')}"
-        response = await self._request(table, url, params)
+        response = await self._request(label or table, url, params)
         rows = (
             _rows_or_none(response.body, response.content_type) if response.status == 200 else None
         )
