@@ -224,7 +224,19 @@ class Daemon:
                 tasks_max=s.tasks_max,
                 tables=list(s.tables),
             )
-        await wait_for_kafka(conn, s.kafka.startup_timeout_seconds)
+        self._shutdown = shutdown
+        # SIGTERM while Kafka is still unreachable at start is a clean exit (0), not a failure.
+        waiting = asyncio.create_task(wait_for_kafka(conn, s.kafka.startup_timeout_seconds))
+        stopping = asyncio.create_task(shutdown.wait())
+        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            log.info("shutdown requested before Kafka was reachable")
+            return 0
+        waiting.result()
         self.kafka_ready = True
         async with AsyncExitStack() as stack:
             self.client = await stack.enter_async_context(
@@ -284,7 +296,6 @@ class Daemon:
             self.ready.set()
             if on_ready is not None:
                 on_ready()
-            self._shutdown = shutdown
             try:
                 await shutdown.wait()
             finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 
@@ -109,3 +110,23 @@ async def test_offsets_topic_not_compacted_is_refused_with_exit_1(
     assert "must be exactly 'compact'" in result.stdout
     # Refused before any table started reading.
     assert not [r for r in env.emu.journal if r.table == "incident"]
+
+
+async def test_sigterm_while_kafka_is_unreachable_at_start_exits_0(env: Env) -> None:
+    doc = env.document(
+        {"incident": {"name": "incident"}},
+        kafka={"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "startup.timeout.seconds": 60},
+    )
+    config = write_config(env.tmp_path / "waiting.yaml", doc)
+    log = env.tmp_path / "waiting.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            SNOWSOURCE, "run", "--config", str(config), stdout=out, stderr=out
+        )
+    try:
+        await poll_until(lambda: "kafka not reachable yet" in log.read_text(), timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), timeout=20)
+    assert code == 0, log.read_text()[-2000:]
+    assert "shutdown requested before Kafka was reachable" in log.read_text()
