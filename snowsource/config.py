@@ -36,6 +36,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from aiokafka import codec as aiokafka_codec
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -603,6 +604,28 @@ class KafkaConfig(_Section):
     linger_ms: NonNegativeInt = Field(5, alias="linger.ms")
     max_request_size: PositiveInt = Field(1048576, alias="max.request.size")
     startup_timeout_seconds: PositiveFloat = Field(60.0, alias="startup.timeout.seconds")
+
+    @model_validator(mode="after")
+    def _codec_installed(self) -> KafkaConfig:
+        # snappy, lz4 and zstd need aiokafka's optional extras; find out now, not at first send.
+        codec = self.compression_type.value
+        available = {
+            "gzip": aiokafka_codec.has_gzip,
+            "snappy": aiokafka_codec.has_snappy,
+            "lz4": aiokafka_codec.has_lz4,
+            "zstd": aiokafka_codec.has_zstd,
+        }.get(codec)
+        if available is not None and not available():
+            raise _problems(
+                [
+                    (
+                        "compression.type",
+                        f"{codec} needs aiokafka's optional extra: "
+                        f"pip install 'aiokafka[{codec}]' (or use gzip or none)",
+                    )
+                ]
+            )
+        return self
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaConfig:

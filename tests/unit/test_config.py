@@ -916,3 +916,17 @@ def test_models_are_frozen(load: Loader) -> None:
         cfg.name = "other"  # type: ignore[misc]
     with pytest.raises(ValidationError):
         cfg.tables["incident"].batch_size = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", ["snappy", "lz4", "zstd"])
+def test_compression_codec_needs_its_extra(name: str, load: Loader, problems: Problems) -> None:
+    from aiokafka import codec
+
+    installed = getattr(codec, f"has_{name}")()
+    changes = {("kafka", "compression.type"): name}
+    if installed:
+        assert load(changes).settings.kafka.compression_type.value == name
+        return
+    found = problems(changes)
+    assert _paths(found) == ["kafka.compression.type"]
+    assert f"aiokafka[{name}]" in found[0][1]
