@@ -20,6 +20,11 @@ TOKEN_FAILURE: dict[str, str] = {"error_description": "access_denied", "error": 
 QUERY_NO_DOMAIN_ROLE = "query_no_domain_table_api"
 
 
+def _same(expected: str, given: str) -> bool:
+    """Constant-time comparison of secrets; UTF-8 bytes, so any password works."""
+    return secrets.compare_digest(expected.encode(), given.encode())
+
+
 @dataclasses.dataclass
 class User:
     """An account that can call the API. Time zone and formats live on its ``sys_user`` row."""
@@ -104,7 +109,7 @@ class Auth:
                 return None
             name, sep, password = decoded.partition(":")
             user = self.users.get(name)
-            if not sep or user is None or not secrets.compare_digest(user.password, password):
+            if not sep or user is None or not _same(user.password, password):
                 return None
             return user
         if scheme.lower() == "bearer":
@@ -117,14 +122,12 @@ class Auth:
     def token_request(self, form: Mapping[str, str], now: float) -> dict[str, str | int] | None:
         """Answer a ``/oauth_token.do`` form: the token response, or None for the generic 401."""
         client = self.clients.get(form.get("client_id", ""))
-        if client is None or not secrets.compare_digest(
-            client.secret, form.get("client_secret", "")
-        ):
+        if client is None or not _same(client.secret, form.get("client_secret", "")):
             return None
         grant = form.get("grant_type", "")
         if grant == "password":
             user = self.users.get(form.get("username", ""))
-            if user is None or not secrets.compare_digest(user.password, form.get("password", "")):
+            if user is None or not _same(user.password, form.get("password", "")):
                 return None
             return self._issue(client, user.name, now, with_refresh=True)
         if grant == "client_credentials":

@@ -165,3 +165,19 @@ async def test_auth_disabled() -> None:
         )
         assert body["result"] == [{"time_zone": "Asia/Tokyo"}]
     assert emulator.journal[0].user == "admin"
+
+
+async def test_non_ascii_password_is_accepted() -> None:
+    import base64
+
+    from snowsource.emulator import Emulator, serve
+
+    emu = Emulator(user="admin", password="pässwörd-€")
+    async with serve(emu) as url, aiohttp.ClientSession() as session:
+        good = "Basic " + base64.b64encode("admin:pässwörd-€".encode()).decode()
+        bad = "Basic " + base64.b64encode("admin:passwort-€".encode()).decode()
+        for header, expected in ((good, 200), (bad, 401)):
+            async with session.get(
+                f"{url}/api/now/table/incident", headers={"Authorization": header}
+            ) as resp:
+                assert resp.status == expected
