@@ -77,7 +77,7 @@ async def test_restart_after_every_page_of_a_backfill_loses_nothing(env: Env) ->
         if done:
             break
         assert restarts < 40, "backfill made no progress across restarts"
-    assert restarts >= 8, "the test must really restart in the middle of the backfill"
+    assert restarts >= 5, "the test must really restart in the middle of the backfill"
 
     records = await read_topic(env.bootstrap, env.topic("incident"))
     counts = Counter(r.key.decode() for r in records if r.key)
