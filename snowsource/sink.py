@@ -69,6 +69,7 @@ class RecordSink(AsyncResource):
         linger_ms: int = 5,
         max_request_size: int = 1048576,
         compression_type: str = "none",
+        request_timeout_ms: int = 40000,
     ) -> None:
         self._conn = conn
         self._producer = AIOKafkaProducer(
@@ -78,6 +79,9 @@ class RecordSink(AsyncResource):
             linger_ms=linger_ms,
             max_request_size=max_request_size,
             compression_type=None if compression_type == "none" else compression_type,
+            # Also how long a batch may keep failing with retriable errors before its records
+            # fail; the poller then restarts the table from its committed offset.
+            request_timeout_ms=request_timeout_ms,
         )
         self._started = False
         self._closed = False
