@@ -58,6 +58,19 @@ POM
   echo "$KAFKA_CACHE/libs/*"
 }
 
+# A KRaft cluster id: 16 random bytes, URL-safe base64. Never starting with "-", which the
+# storage tool's argument parser would take for an option.
+cluster_id() {
+  python3 -c '
+import base64, uuid
+while True:
+    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not cid.startswith("-"):
+        print(cid)
+        break
+'
+}
+
 is_running() {
   [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
@@ -130,7 +143,7 @@ L4J
     "-Dkafka.logs.dir=$KAFKA_DATA" "-Dlog4j.configuration=file:$KAFKA_DATA/log4j.properties")
   if [[ ! -f "$KAFKA_DATA/data/meta.properties" ]]; then
     java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format \
-      -t "$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+      -t "$(cluster_id)" \
       -c "$KAFKA_DATA/server.properties" >"$KAFKA_DATA/format.log" 2>&1 \
       || { log "formatting storage failed:"; cat "$KAFKA_DATA/format.log" >&2; exit 1; }
   fi
