@@ -5,7 +5,7 @@
 #
 # Environment:
 #   KAFKA_PORT      listener port (default 9092); the controller listens on KAFKA_PORT+1000
-#   KAFKA_VERSION   Apache Kafka version fetched from Maven Central (default 3.9.2)
+#   KAFKA_VERSION   Apache Kafka version fetched from Maven Central (default 4.1.1; 3.9.x works)
 #   KAFKA_HOME      an unpacked Apache Kafka distribution to use instead of fetching jars
 #   KAFKA_CACHE     where fetched jars live (default ~/.cache/snowsource/kafka-$KAFKA_VERSION)
 #   KAFKA_DATA      state directory: storage, pid and log (default .kafka/$KAFKA_PORT in the repo)
@@ -16,8 +16,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_PORT="${KAFKA_PORT:-9092}"
-KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
-KAFKA_CACHE="${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/snowsource/kafka-$KAFKA_VERSION}"
+KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
+# The suffix changes whenever the assembled classpath does, so an old cache is never reused.
+KAFKA_CACHE="${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/snowsource/kafka-$KAFKA_VERSION-r2}"
 KAFKA_DATA="${KAFKA_DATA:-$here/.kafka/$KAFKA_PORT}"
 CONTROLLER_PORT=$((KAFKA_PORT + 1000))
 PIDFILE="$KAFKA_DATA/kafka.pid"
@@ -35,8 +36,14 @@ classpath() {
   if [[ ! -f "$KAFKA_CACHE/.complete" ]]; then
     command -v mvn >/dev/null || { log "mvn not found: install Maven or set KAFKA_HOME"; exit 1; }
     log "fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_CACHE (once)"
-    local work
+    local work logging
     work="$(mktemp -d)"
+    # The broker logs through SLF4J: Kafka 4 ships log4j2, Kafka 3 reload4j (log4j 1).
+    if [[ "$KAFKA_VERSION" == 3.* ]]; then
+      logging='<dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>'
+    else
+      logging='<dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.24.3</version></dependency>'
+    fi
     cat >"$work/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -44,7 +51,7 @@ classpath() {
   <packaging>pom</packaging>
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
+    $logging
   </dependencies>
 </project>
 POM
@@ -139,8 +146,21 @@ log4j.appender.file.File=${kafka.logs.dir}/server.log
 log4j.appender.file.layout=org.apache.log4j.PatternLayout
 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 L4J
+  cat >"$KAFKA_DATA/log4j2.properties" <<'L4J2'
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+logger.server.name = kafka.server
+logger.server.level = INFO
+L4J2
   local java_opts=(-Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true
-    "-Dkafka.logs.dir=$KAFKA_DATA" "-Dlog4j.configuration=file:$KAFKA_DATA/log4j.properties")
+    "-Dkafka.logs.dir=$KAFKA_DATA" "-Dlog4j.configuration=file:$KAFKA_DATA/log4j.properties"
+    "-Dlog4j2.configurationFile=$KAFKA_DATA/log4j2.properties")
   if [[ ! -f "$KAFKA_DATA/data/meta.properties" ]]; then
     java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format \
       -t "$(cluster_id)" \

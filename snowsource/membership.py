@@ -162,6 +162,9 @@ class GroupMembership(AsyncResource):
             return
         self._closed = True
         if self._task is not None:
+            # Let the loop finish its current step: cancelling aiokafka while it bootstraps a
+            # client (our group description) can leak that client's connection.
+            await asyncio.wait({self._task}, timeout=5)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -181,7 +184,7 @@ class GroupMembership(AsyncResource):
     async def _loop(self) -> None:
         assert self._consumer is not None
         consumer = self._consumer
-        while True:
+        while not self._closed:
             try:
                 # getmany drives the group protocol's callbacks; paused partitions return nothing.
                 await consumer.getmany(timeout_ms=500)
