@@ -381,8 +381,8 @@ async def _body_values(request: web.Request, tdef: TableDef) -> dict[str, str] |
     return values
 
 
-async def create_record(request: web.Request) -> web.Response:
-    """``POST /api/now/table/{table}``: insert, answer 201 with the new record."""
+def _write_context(request: web.Request, *, existing: bool = False) -> _Context | web.Response:
+    """A write's context, or the error answer (unknown table, read-only view, missing record)."""
     found = _lookup_table(request)
     if isinstance(found, web.Response):
         return found
@@ -390,6 +390,17 @@ async def create_record(request: web.Request) -> web.Response:
     ctx = _Context(request, table, tdef)
     if table in ctx.emu.views:
         return _read_only(table)
+    if existing and _find_one(ctx, request.match_info["sys_id"]) is None:
+        return not_found()
+    return ctx
+
+
+async def create_record(request: web.Request) -> web.Response:
+    """``POST /api/now/table/{table}``: insert, answer 201 with the new record."""
+    ctx = _write_context(request)
+    if isinstance(ctx, web.Response):
+        return ctx
+    table, tdef = ctx.table, ctx.tdef
     values = await _body_values(request, tdef)
     if isinstance(values, web.Response):
         return values
@@ -403,16 +414,11 @@ async def create_record(request: web.Request) -> web.Response:
 
 async def modify_record(request: web.Request) -> web.Response:
     """``PUT|PATCH /api/now/table/{table}/{sys_id}``."""
-    found = _lookup_table(request)
-    if isinstance(found, web.Response):
-        return found
-    table, tdef = found
-    ctx = _Context(request, table, tdef)
-    if table in ctx.emu.views:
-        return _read_only(table)
+    ctx = _write_context(request, existing=True)
+    if isinstance(ctx, web.Response):
+        return ctx
+    table, tdef = ctx.table, ctx.tdef
     sys_id = request.match_info["sys_id"]
-    if _find_one(ctx, sys_id) is None:
-        return not_found()
     values = await _body_values(request, tdef)
     if isinstance(values, web.Response):
         return values
@@ -422,15 +428,8 @@ async def modify_record(request: web.Request) -> web.Response:
 
 async def delete_record(request: web.Request) -> web.Response:
     """``DELETE /api/now/table/{table}/{sys_id}``: 204."""
-    found = _lookup_table(request)
-    if isinstance(found, web.Response):
-        return found
-    table, tdef = found
-    ctx = _Context(request, table, tdef)
-    if table in ctx.emu.views:
-        return _read_only(table)
-    sys_id = request.match_info["sys_id"]
-    if _find_one(ctx, sys_id) is None:
-        return not_found()
-    ctx.emu.delete(table, sys_id, by=ctx.user.name)
+    ctx = _write_context(request, existing=True)
+    if isinstance(ctx, web.Response):
+        return ctx
+    ctx.emu.delete(ctx.table, request.match_info["sys_id"], by=ctx.user.name)
     return web.Response(status=204)
