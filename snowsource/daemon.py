@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from snowsource import metrics
+from snowsource.aio import done_before
 from snowsource.assignment import assign
 from snowsource.clock import InstanceClock
 from snowsource.config import AuthType, Settings, TableConfig, redacted_dict
@@ -226,11 +227,10 @@ class Daemon:
             )
         self._shutdown = shutdown
         # SIGTERM while Kafka is still unreachable at start is a clean exit (0), not a failure.
-        waiting = asyncio.create_task(wait_for_kafka(conn, s.kafka.startup_timeout_seconds))
-        stopping = asyncio.create_task(shutdown.wait())
-        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not waiting.done():
+        waiting = asyncio.create_task(
+            wait_for_kafka(conn, s.kafka.startup_timeout_seconds), name="wait-for-kafka"
+        )
+        if not await done_before(waiting, shutdown):
             waiting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waiting

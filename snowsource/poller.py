@@ -28,6 +28,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from snowsource import metrics
+from snowsource.aio import done_before, sleep_or_stop
 from snowsource.clock import InstanceClock
 from snowsource.commit import CommitTracker
 from snowsource.cursor import (
@@ -144,16 +145,6 @@ class _SweepResult:
     suppressed: int = 0
     late: int = 0
     pages: int = 0
-
-
-async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
-    """Sleep up to ``seconds``; True when woken early by ``stop``."""
-    if seconds <= 0:
-        return stop.is_set()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    return stop.is_set()
 
 
 class Poller:
@@ -532,12 +523,7 @@ class Poller:
 
     async def _await_or_stop(self, task: asyncio.Task[tuple[Page, int]]) -> tuple[Page, int]:
         """A request in flight is abandoned at once when stop is requested."""
-        stopper = asyncio.create_task(self._stop.wait(), name=f"stop-wait:{self.spec.alias}")
-        try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if not task.done():
+        if not await done_before(task, self._stop):
             raise _StoppingError
         return task.result()
 

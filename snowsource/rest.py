@@ -28,6 +28,7 @@ needs no secret; it reveals nothing but "the process answers". The token is neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import socket
 import time
@@ -42,6 +43,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import generate_latest
 
 from snowsource import __version__, metrics
+from snowsource.aio import done_before
 from snowsource.assignment import assign
 from snowsource.config import redacted_dict
 from snowsource.daemon import ConnectorState, Daemon, kafka_connection, table_spec
@@ -307,15 +309,11 @@ class RestServer(AsyncResource):
         but never hold up a shutdown: a start that failed never sets ``ready``."""
         if self._daemon.ready.is_set():
             return
-        waits = [
-            asyncio.create_task(self._daemon.ready.wait(), name="rest:wait-ready"),
-            asyncio.create_task(self._closing.wait(), name="rest:wait-closing"),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in waits:
-                task.cancel()
+        ready = asyncio.create_task(self._daemon.ready.wait(), name="rest:wait-ready")
+        if not await done_before(ready, self._closing):
+            ready.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ready
         if not self._daemon.ready.is_set():
             raise _RestError(503, "snowsource is shutting down")
 

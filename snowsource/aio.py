@@ -1,0 +1,33 @@
+"""Small asyncio helpers for waiting on work *or* a stop signal, leaving no task behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to ``seconds``; True when woken early by ``stop``."""
+    if seconds <= 0:
+        return stop.is_set()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()
+
+
+async def done_before(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait until ``task`` is done or ``stop`` is set; True when ``task`` finished first.
+
+    ``task`` is left running when ``stop`` wins (the caller decides whether to cancel it); the
+    internal waiter on ``stop`` never outlives this call.
+    """
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+    return task.done()
