@@ -86,6 +86,7 @@ class OffsetStore(AsyncResource):
         self._replication_factor = replication_factor
         self._create = create
         self._data: dict[bytes, bytes] = {}
+        self._warned: set[bytes] = set()  # unparseable keys already reported
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
         self._closed = False
@@ -177,7 +178,9 @@ class OffsetStore(AsyncResource):
         for key, value in self._data.items():
             parsed = parse_key(key)
             if parsed is None:
-                log.warning("ignoring offsets record with unparseable key", key=key[:200])
+                if key not in self._warned:
+                    self._warned.add(key)
+                    log.warning("ignoring offsets record with unparseable key", key=key[:200])
                 continue
             name, partition = parsed
             if name == self.connector:
