@@ -169,6 +169,11 @@ class OffsetStore(AsyncResource):
         finally:
             await consumer.stop()
         self._data = data
+        for key in data:
+            if key not in self._warned and parse_key(key) is None:
+                # Connect ignores such records too; they may belong to another tool.
+                self._warned.add(key)
+                log.warning("ignoring offsets record with unparseable key", key=key[:200])
         self.loaded.set()
         log.info("offsets loaded", topic=self.topic, keys=len(data))
 
@@ -178,10 +183,7 @@ class OffsetStore(AsyncResource):
         for key, value in self._data.items():
             parsed = parse_key(key)
             if parsed is None:
-                if key not in self._warned:
-                    self._warned.add(key)
-                    log.warning("ignoring offsets record with unparseable key", key=key[:200])
-                continue
+                continue  # reported once by load()
             name, partition = parsed
             if name == self.connector:
                 found.append(StoredEntry(key=key, partition=partition, value=value))

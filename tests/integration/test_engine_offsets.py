@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from snowsource.assignment import tables_for_task
 from snowsource.config import Settings
@@ -455,3 +456,35 @@ async def test_after_a_long_outage_each_row_arrives_once_in_its_latest_state(
         if "sysparm_query" in r.params and r.at > now - timedelta(seconds=1)
     ]
     assert len(pages) >= 3
+
+
+async def test_unparseable_keys_and_other_connectors_are_ignored(env: Env, past: Past) -> None:
+    rows = spaced(env, "incident", past, 900, 6)
+    settings = env.settings({"incident": {"name": "incident"}})
+    spec = spec_of(settings, "incident")
+    mine = offset_bytes(rows[2], spec.partition.query_fingerprint)
+    other_connector = encode_key("someone-else", spec.partition)
+    await write_offsets(
+        settings,
+        [
+            (b"not json at all", b"{}"),
+            (b'["just-a-name"]', b"{}"),
+            (b'[42, {"a": "b"}]', b"{}"),
+            (other_connector, offset_bytes(rows[4], spec.partition.query_fingerprint)),
+            (encode_key(settings.name, spec.partition), mine),
+        ],
+    )
+    with capture_logs() as logs:
+        await run_until_caught_up(settings, "incident")
+    # Resumed from this connector's offset, not the other connector's.
+    keys = keys_of(await read_topic(env.bootstrap, env.topic("incident")))
+    assert keys == [r["sys_id"] for r in rows[2:]]
+    warned = [e for e in logs if e["event"] == "ignoring offsets record with unparseable key"]
+    assert {e["key"] for e in warned} == {
+        b"not json at all",
+        b'["just-a-name"]',
+        b'[42, {"a": "b"}]',
+    }
+    history = await offset_history(env)
+    assert history[b"not json at all"] == [b"{}"]  # never touched by the daemon
+    assert len(history[other_connector]) == 1
