@@ -41,23 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: str | None) -> object:
-    from snowsource.config import load_config
-
-    loaded = load_config(path)
-    for warning in loaded.warnings:
-        structlog.get_logger("snowsource.config").warning(warning)
-    return loaded
-
-
 def cmd_run(config_path: str | None) -> int:
     """``snowsource run``."""
-    from snowsource.config import LoadedConfig
+    from snowsource.config import load_config
     from snowsource.daemon import run_until_signal
     from snowsource.logs import configure_logging
 
-    loaded = _load(config_path)
-    assert isinstance(loaded, LoadedConfig)
+    loaded = load_config(config_path)
     settings = loaded.settings
     configure_logging(str(settings.log.format), str(settings.log.level))
     for warning in loaded.warnings:

@@ -119,9 +119,14 @@ async def test_sigterm_while_kafka_is_unreachable_at_start_exits_0(env: Env) -> 
     )
     config = write_config(env.tmp_path / "waiting.yaml", doc)
     log = env.tmp_path / "waiting.log"
+    env_vars = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SNOWSOURCE_")},
+        "SNOWSOURCE_BOGUS__KEY": "1",  # matches no key: one WARN
+        "SNOWSOURCE_TEST_ANYTHING": "1",  # reserved: silent
+    }
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            SNOWSOURCE, "run", "--config", str(config), stdout=out, stderr=out
+            SNOWSOURCE, "run", "--config", str(config), stdout=out, stderr=out, env=env_vars
         )
     try:
         await poll_until(lambda: "kafka not reachable yet" in log.read_text(), timeout=30)
@@ -129,4 +134,7 @@ async def test_sigterm_while_kafka_is_unreachable_at_start_exits_0(env: Env) -> 
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), timeout=20)
     assert code == 0, log.read_text()[-2000:]
-    assert "shutdown requested before Kafka was reachable" in log.read_text()
+    text = log.read_text()
+    assert "shutdown requested before Kafka was reachable" in text
+    assert text.count("SNOWSOURCE_BOGUS__KEY") == 1
+    assert "SNOWSOURCE_TEST_ANYTHING" not in text
