@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snowsource import metrics
 from snowsource.offsets_codec import partition_for
 from tests.integration.conftest import Env
 from tests.integration.engine import (
@@ -52,3 +53,19 @@ async def test_backfill_streams_every_row_and_commits_stream_offset(env: Env) ->
             timestamp_field="sys_updated_on",
         ).query_fingerprint,
     }
+
+
+async def test_per_table_metrics_carry_the_alias(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=30)
+    settings = env.settings({"p1_incidents": {"name": "incident", "query": "priority=1"}})
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "p1_incidents"))
+        emitted = daemon.pollers["p1_incidents"].status.rows_emitted
+
+    def sample(name: str, **labels: str) -> float:
+        return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    assert sample("snowsource_http_requests_total", table="p1_incidents", status="200") >= 2
+    assert sample("snowsource_rows_emitted_total", table="p1_incidents") >= emitted
+    assert sample("snowsource_table_state", table="p1_incidents", state="STOPPED") == 1
+    assert sample("snowsource_phase", table="p1_incidents", phase="stream") == 1
