@@ -97,6 +97,12 @@ def new_since(before: list[Record], after: list[Record]) -> list[Record]:
     return [r for r in after if (r.partition, r.offset) not in seen]
 
 
+def foreign_spelling(connector: str, spec: TableSpec) -> bytes:
+    """The table's offsets key with its partition keys in reverse order (not canonical)."""
+    reordered = dict(reversed(list(spec.partition.as_dict().items())))
+    return orjson.dumps([connector, reordered])
+
+
 def by_cursor(rows: list[Row]) -> list[Row]:
     """Rows in cursor order."""
     return sorted(rows, key=lambda r: (r["sys_updated_on"], r["sys_id"]))
@@ -236,8 +242,7 @@ async def test_a_foreign_key_spelling_is_used_rewritten_and_tombstoned(
     settings = env.settings({"incident": {"name": "incident"}})
     spec = spec_of(settings, "incident")
     canonical = encode_key(settings.name, spec.partition)
-    reordered = dict(reversed(list(spec.partition.as_dict().items())))
-    foreign = orjson.dumps([settings.name, reordered])
+    foreign = foreign_spelling(settings.name, spec)
     assert foreign != canonical
     stored = offset_bytes(rows[5], spec.partition.query_fingerprint)
     await write_offsets(settings, [(foreign, stored)])
@@ -261,8 +266,7 @@ async def test_a_foreign_key_spelling_is_ignored_when_the_canonical_key_exists(
     settings = env.settings({"incident": {"name": "incident"}})
     spec = spec_of(settings, "incident")
     canonical = encode_key(settings.name, spec.partition)
-    reordered = dict(reversed(list(spec.partition.as_dict().items())))
-    foreign = orjson.dumps([settings.name, reordered])
+    foreign = foreign_spelling(settings.name, spec)
     old = offset_bytes(rows[1], spec.partition.query_fingerprint)
     own = offset_bytes(rows[7], spec.partition.query_fingerprint)
     await write_offsets(settings, [(foreign, old), (canonical, own)])
@@ -280,8 +284,7 @@ async def test_a_foreign_spelling_of_an_unusable_offset_is_refused_and_left_alon
     settings = env.settings({"incident": {"name": "incident"}})
     spec = spec_of(settings, "incident")
     canonical = encode_key(settings.name, spec.partition)
-    reordered = dict(reversed(list(spec.partition.as_dict().items())))
-    foreign = orjson.dumps([settings.name, reordered])
+    foreign = foreign_spelling(settings.name, spec)
     bad = _bad_fingerprint(spec)
     await write_offsets(settings, [(foreign, bad)])
 
