@@ -61,17 +61,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import SecretStr
 
-from snowsource.config import Settings, load_config
-from snowsource.errors import ConfigError, ServiceNowError
-from snowsource.kafka import (
+from snowsource.adapters.kafka import (
     KafkaConnection,
     KafkaUnavailableError,
     admin_client,
     existing_topics,
     wait_for_kafka,
 )
-from snowsource.query import normalise_query
-from snowsource.snow import BasicAuth, ServiceNowClient
+from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
+from snowsource.config.settings import Settings, load_config
+from snowsource.core.errors import ConfigError, ServiceNowError
+from snowsource.core.query import normalise_query
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config.example.yaml"
@@ -595,7 +595,7 @@ async def demo(options: Options) -> int:
     print(f"snowsource demo: Kafka at {options.bootstrap}; working directory {workdir}")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    rest_port = _free_port() if importlib.util.find_spec("snowsource.rest") else None
+    rest_port = _free_port() if importlib.util.find_spec("snowsource.api.rest") else None
     stop = asyncio.Event()
     children: list[Child] = []
     started = time.monotonic()

@@ -1,5 +1,5 @@
 """Allow ``python -m snowsource``."""
 
-from snowsource.cli import main
+from snowsource.cli.main import main
 
 raise SystemExit(main())

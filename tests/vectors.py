@@ -1,4 +1,4 @@
-"""Shared test vectors from ``../shared/testdata`` (relative to the repository root)."""
+"""The contract's test vectors, kept in ``tests/data`` (see its README)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-TESTDATA = REPO / ".." / "shared" / "testdata"
+TESTDATA = Path(__file__).resolve().parent / "data"
 
 
 def vector(name: str) -> Any:
-    """The parsed JSON file ``<repo>/../shared/testdata/<name>`` (a fresh copy on each call)."""
+    """The parsed JSON file ``tests/data/<name>`` (a fresh copy on each call)."""
     return json.loads((TESTDATA / name).read_text(encoding="utf-8"))

@@ -16,7 +16,7 @@ import structlog
 
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.server import serve
-from snowsource.logs import configure_logging
+from snowsource.observability.logs import configure_logging
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1

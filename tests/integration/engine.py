@@ -14,10 +14,10 @@ import orjson
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from snowsource.config import Settings, load_config
-from snowsource.daemon import Daemon
-from snowsource.offsets_codec import parse_key
-from snowsource.poller import TableStatus
+from snowsource.config.settings import Settings, load_config
+from snowsource.core.offsets_codec import parse_key
+from snowsource.engine.poller import TableStatus
+from snowsource.engine.supervisor import Daemon
 
 
 def write_config(path: Path, document: dict[str, Any]) -> Path:

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from snowsource.daemon import Daemon
-from snowsource.errors import FencedError
+from snowsource.core.errors import FencedError
+from snowsource.engine.supervisor import Daemon
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, write_config

@@ -10,7 +10,7 @@ import sys
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from snowsource.config import load_config
+from snowsource.config.settings import load_config
 from tests.integration.engine import read_offsets, read_topic
 from tests.kafka_support import REPO, unique
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from snowsource import metrics
-from snowsource.offsets_codec import partition_for
+from snowsource.core.offsets_codec import partition_for
+from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,

@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
-from snowsource import metrics
-from snowsource.cursor import Position
-from snowsource.daemon import Daemon
+from snowsource.core.cursor import Position
+from snowsource.core.offsets_codec import encode_key, kafka_partition_for_key
 from snowsource.emulator.clock import parse_stamp
-from snowsource.offsets_codec import encode_key, kafka_partition_for_key
-from snowsource.poller import TableState
+from snowsource.engine.poller import TableState
+from snowsource.engine.supervisor import Daemon
+from snowsource.observability import metrics
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import (

@@ -15,13 +15,14 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from snowsource.assignment import tables_for_task
-from snowsource.config import Settings
-from snowsource.daemon import kafka_connection, table_spec
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.config.settings import Settings
+from snowsource.core.assignment import tables_for_task
+from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value
+from snowsource.core.table import TableSpec
 from snowsource.emulator.clock import stamp
-from snowsource.offset_store import OffsetStore
-from snowsource.offsets_codec import SourceOffset, encode_key, encode_value
-from snowsource.poller import TableSpec, TableState
+from snowsource.engine.poller import TableState
+from snowsource.engine.supervisor import kafka_connection, table_spec
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from snowsource import daemon as daemon_module
-from snowsource.poller import TableState
-from snowsource.sink import RecordSink
+from snowsource.adapters.sink import RecordSink
+from snowsource.engine import supervisor as daemon_module
+from snowsource.engine.poller import TableState
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from snowsource.cursor import Position
+from snowsource.core.cursor import Position
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,

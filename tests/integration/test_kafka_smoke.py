@@ -6,7 +6,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from snowsource.kafka import describe_topic_configs
+from snowsource.adapters.kafka import describe_topic_configs
 from tests.conftest import TopicFactory
 from tests.integration.engine import poll_until
 

@@ -17,12 +17,11 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from snowsource.config import Settings, load_config
-from snowsource.daemon import kafka_connection
-from snowsource.membership import describe_members
-from snowsource.offset_store import OffsetStore
-from snowsource.offsets_cli import amain
-from snowsource.offsets_codec import (
+from snowsource.adapters.membership import describe_members
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.cli.offsets import amain
+from snowsource.config.settings import Settings, load_config
+from snowsource.core.offsets_codec import (
     SourceOffset,
     SourcePartition,
     encode_key,
@@ -31,6 +30,7 @@ from snowsource.offsets_codec import (
     parse_key,
     partition_for,
 )
+from snowsource.engine.supervisor import kafka_connection
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running, write_config
 from tests.kafka_support import REPO, unique

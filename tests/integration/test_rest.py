@@ -12,18 +12,18 @@ import pytest
 from aiohttp import ClientSession
 from structlog.testing import capture_logs
 
-from snowsource import metrics
-from snowsource.assignment import assign
-from snowsource.config import Settings
-from snowsource.daemon import Daemon, table_spec
-from snowsource.offsets_codec import encode_key
-from snowsource.poller import TableSpec
-from snowsource.rest import (
+from snowsource.api.rest import (
     ALTERED_MESSAGE,
     MUST_BE_STOPPED_MESSAGE,
     NEED_OFFSETS_MESSAGE,
     RESET_MESSAGE,
 )
+from snowsource.config.settings import Settings
+from snowsource.core.assignment import assign
+from snowsource.core.offsets_codec import encode_key
+from snowsource.core.table import TableSpec
+from snowsource.engine.supervisor import Daemon, table_spec
+from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,

@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestServer
 from pydantic import SecretStr
 
 from snowsource import __version__
-from snowsource.emulator import Emulator, serve
-from snowsource.errors import (
+from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.core.errors import (
     AuthError,
     ConfigError,
     ExecutionTimeExceededError,
@@ -28,7 +28,7 @@ from snowsource.errors import (
     ServiceNowError,
     TableError,
 )
-from snowsource.snow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.emulator import Emulator, serve
 
 NOW = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 ADMIN_PASSWORD = "Adm1n-password-XYZZY"

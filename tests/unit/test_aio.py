@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from snowsource.aio import done_before, sleep_or_stop
+from snowsource.runtime.aio import done_before, sleep_or_stop
 
 
 async def test_sleep_or_stop_wakes_at_once_when_stopped() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snowsource.assignment import SEED, assign, owner, tables_for_task
+from snowsource.core.assignment import SEED, assign, owner, tables_for_task
 from tests.vectors import vector
 
 CASES = vector("assignment.json")["cases"]
@@ -39,7 +39,7 @@ def test_weight_is_unsigned_murmur3_with_the_spec_seed() -> None:
 
 
 def test_ties_go_to_the_lowest_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    from snowsource import assignment
+    from snowsource.core import assignment
 
     monkeypatch.setattr(assignment, "_weight", lambda alias, task: 7 if task in (2, 3) else 1)
     assert owner("x", 5, 5) == 2

@@ -7,8 +7,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from snowsource.clock import DRIFT_WINDOW_SECONDS, InstanceClock
-from snowsource.cursor import format_ts, high_water_mark
+from snowsource.core.clock import DRIFT_WINDOW_SECONDS, InstanceClock
+from snowsource.core.cursor import format_ts, high_water_mark
 
 BASE = datetime(2026, 9, 29, 7, 30, 0, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snowsource.commit import CommitTracker
+from snowsource.core.commit import CommitTracker
 
 
 def test_nothing_is_committable_before_an_ack() -> None:

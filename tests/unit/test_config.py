@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from snowsource.config import (
+from snowsource.config.settings import (
     AuthType,
     CompressionType,
     LoadedConfig,
@@ -22,7 +22,7 @@ from snowsource.config import (
     redacted_dict,
     resolve_config_path,
 )
-from snowsource.errors import ConfigError
+from snowsource.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-very-secret"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snowsource.cursor import (
+from snowsource.core.cursor import (
     TS_FORMAT,
     Position,
     first_sweep_start,
@@ -22,7 +22,7 @@ from snowsource.cursor import (
     page_query,
     parse_ts,
 )
-from snowsource.query import normalise_query
+from snowsource.core.query import normalise_query
 
 Row = dict[str, str]
 TS, ID = "sys_updated_on", "sys_id"

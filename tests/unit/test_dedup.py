@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snowsource.dedup import DedupCache, digest
+from snowsource.core.dedup import DedupCache, digest
 
 T1, T2, T3 = "2026-09-29 07:30:41", "2026-09-29 07:30:42", "2026-09-29 07:30:43"
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from snowsource.config import Settings, load_config
+from snowsource.config.settings import Settings, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"

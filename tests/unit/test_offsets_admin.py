@@ -8,9 +8,17 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from snowsource.errors import OffsetError
-from snowsource.offset_store import StoredEntry
-from snowsource.offsets_admin import (
+from snowsource.core.errors import OffsetError
+from snowsource.core.offsets_codec import (
+    SourceOffset,
+    SourcePartition,
+    StoredEntry,
+    encode_key,
+    encode_value,
+    legacy_partition_for,
+    partition_for,
+)
+from snowsource.core.offsets_plan import (
     Match,
     OffsetChange,
     connect_listing,
@@ -20,14 +28,6 @@ from snowsource.offsets_admin import (
     set_offset,
     validate_change,
     validate_changes,
-)
-from snowsource.offsets_codec import (
-    SourceOffset,
-    SourcePartition,
-    encode_key,
-    encode_value,
-    legacy_partition_for,
-    partition_for,
 )
 
 URL = "https://acme.service-now.com"
@@ -356,8 +356,9 @@ def test_rewind_offset_is_before_the_first_row_of_that_second() -> None:
         "fingerprint": INCIDENT.partition.query_fingerprint,
     }
     assert encode_value(value) == (
-        b'{"version":"1","timestamp":"2026-01-02 03:04:05","sys_id":"","phase":"backfill",'
-        b'"fingerprint":"' + INCIDENT.partition.query_fingerprint.encode() + b'"}'
+        b'{"phase":"backfill","sys_id":"","fingerprint":"'
+        + INCIDENT.partition.query_fingerprint.encode()
+        + b'","version":"1","timestamp":"2026-01-02 03:04:05"}'
     )
 
 

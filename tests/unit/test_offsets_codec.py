@@ -16,8 +16,8 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snowsource.errors import OffsetError, SnowsourceError
-from snowsource.offsets_codec import (
+from snowsource.core.errors import OffsetError, SnowsourceError
+from snowsource.core.offsets_codec import (
     PHASES,
     SourceOffset,
     SourcePartition,

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from snowsource.config import Settings, load_config
-from snowsource.daemon import owned_specs, table_spec
-from snowsource.offsets_codec import encode_key
-from snowsource.poller import TableSpec
+from snowsource.config.settings import Settings, load_config
+from snowsource.core.offsets_codec import encode_key
+from snowsource.core.table import TableSpec
+from snowsource.engine.supervisor import owned_specs, table_spec
 
 BASE: dict[str, Any] = {
     "name": "servicenow-source",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snowsource.query import (
+from snowsource.core.query import (
     has_orderby,
     legacy_normalise_query,
     legacy_query_fingerprint,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snowsource.retry import (
+from snowsource.core.retry import (
     GROW_AFTER_SUCCESSES,
     MIN_PAGE_SIZE,
     RETRY_AFTER_CAP_SECONDS,

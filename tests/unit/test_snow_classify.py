@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from snowsource.errors import (
+from snowsource.adapters.servicenow import classify, parse_retry_after
+from snowsource.core.errors import (
     AuthError,
     ExecutionTimeExceededError,
     RateLimitedError,
@@ -13,7 +14,6 @@ from snowsource.errors import (
     ServiceNowError,
     TableError,
 )
-from snowsource.snow import classify, parse_retry_after
 
 JSON = "application/json;charset=UTF-8"
 HTML = "text/html; charset=utf-8"

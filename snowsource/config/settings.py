@@ -55,8 +55,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from snowsource.errors import ConfigError
-from snowsource.query import has_orderby, normalise_query
+from snowsource.core.errors import ConfigError
+from snowsource.core.query import has_orderby, normalise_query
 
 __all__ = [
     "AuthConfig",

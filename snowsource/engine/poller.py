@@ -27,11 +27,12 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
-from snowsource import metrics
-from snowsource.aio import done_before, sleep_or_stop
-from snowsource.clock import InstanceClock
-from snowsource.commit import CommitTracker
-from snowsource.cursor import (
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.servicenow import Page, ServiceNowClient
+from snowsource.adapters.sink import RecordSink, is_fatal_produce_error
+from snowsource.core.clock import InstanceClock
+from snowsource.core.commit import CommitTracker
+from snowsource.core.cursor import (
     Position,
     first_sweep_start,
     high_water_mark,
@@ -41,8 +42,8 @@ from snowsource.cursor import (
     page_query,
     parse_ts,
 )
-from snowsource.dedup import DedupCache, digest
-from snowsource.errors import (
+from snowsource.core.dedup import DedupCache, digest
+from snowsource.core.errors import (
     AuthError,
     ExecutionTimeExceededError,
     KafkaSinkError,
@@ -52,18 +53,17 @@ from snowsource.errors import (
     TableError,
     TableFailedError,
 )
-from snowsource.offset_store import OffsetStore
-from snowsource.offsets_codec import (
+from snowsource.core.offsets_codec import (
     SourceOffset,
-    SourcePartition,
     decode_value,
     encode_value,
     validate_offset,
 )
-from snowsource.records import RecordShaper
-from snowsource.retry import PageSizer, RetryPolicy
-from snowsource.sink import RecordSink, is_fatal_produce_error
-from snowsource.snow import Page, ServiceNowClient
+from snowsource.core.records import RecordShaper
+from snowsource.core.retry import PageSizer, RetryPolicy
+from snowsource.core.table import TableSpec
+from snowsource.observability import metrics
+from snowsource.runtime.aio import done_before, sleep_or_stop
 
 
 class TableState(StrEnum):
@@ -73,40 +73,6 @@ class TableState(StrEnum):
     RUNNING = "RUNNING"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """Everything a poller needs to know about its table, resolved from the configuration."""
-
-    alias: str
-    name: str
-    topic: str
-    normalised_query: str
-    query_domain: bool
-    query_category: str | None
-    timestamp_field: str
-    id_field: str
-    fields: tuple[str, ...]
-    display_value: str
-    exclude_reference_link: bool
-    start_timestamp: str
-    batch_size: int
-    poll_interval: float
-    overlap_seconds: int
-    safety_lag_seconds: int
-    dedup_max_entries: int
-    partition: SourcePartition
-    legacy_partition: SourcePartition
-
-    @property
-    def describe(self) -> str:
-        """How diagnostics name this table's source partition."""
-        p = self.partition
-        return (
-            f"table alias {self.alias!r} (partition table={p.table} instance={p.instance} "
-            f"timestamp_field={p.timestamp_field} query_fingerprint={p.query_fingerprint})"
-        )
 
 
 @dataclass
@@ -184,7 +150,7 @@ class Poller:
             ("snow.table", spec.name.encode()),
         ]
         self.status = TableStatus()
-        self._log = structlog.get_logger("snowsource.poller").bind(
+        self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
         self._fields_param = self._fields()

@@ -42,23 +42,31 @@ from aiohttp.typedefs import Handler, Middleware
 from aiokafka.errors import KafkaError
 from prometheus_client import generate_latest
 
-from snowsource import __version__, metrics
-from snowsource.aio import done_before
-from snowsource.assignment import assign
-from snowsource.config import redacted_dict
-from snowsource.daemon import ConnectorState, Daemon, kafka_connection, table_spec
-from snowsource.errors import OffsetError
-from snowsource.kafka import admin_client
-from snowsource.offset_store import OffsetStore, StoredEntry
-from snowsource.offsets_admin import (
+from snowsource import __version__
+from snowsource.adapters.kafka import admin_client
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.config.settings import redacted_dict
+from snowsource.core.assignment import assign
+from snowsource.core.errors import OffsetError
+from snowsource.core.offsets_codec import (
+    SourceOffset,
+    SourcePartition,
+    StoredEntry,
+    decode_value,
+    encode_value,
+)
+from snowsource.core.offsets_plan import (
     OffsetChange,
     connect_listing,
     parse_offsets_document,
     validate_changes,
 )
-from snowsource.offsets_codec import SourceOffset, SourcePartition, decode_value, encode_value
-from snowsource.poller import TableSpec, TableState, TableStatus
-from snowsource.resource import AsyncResource
+from snowsource.core.table import TableSpec
+from snowsource.engine.poller import TableState, TableStatus
+from snowsource.engine.supervisor import ConnectorState, Daemon, kafka_connection, table_spec
+from snowsource.observability import metrics
+from snowsource.runtime.aio import done_before
+from snowsource.runtime.resource import AsyncResource
 
 __all__ = [
     "ALTERED_MESSAGE",
@@ -70,7 +78,7 @@ __all__ = [
     "RestServer",
 ]
 
-log = structlog.get_logger("snowsource.rest")
+log = structlog.get_logger("snowsource.api.rest")
 
 # Connect's own texts (ConnectorsResource, AbstractHerder, Worker): scripts compare them.
 MUST_BE_STOPPED_MESSAGE: Final = (

@@ -10,8 +10,8 @@ Pure functions and frozen value objects, no I/O. This is the only code that know
 
 Connect looks offsets up by *exact key bytes*, so one differently ordered key or one lower-case
 ``\\u001f`` makes a stored offset invisible to GET/PATCH/DELETE ``/offsets``. Everything here is
-checked byte for byte against ``../shared/testdata/offset_keys.json`` and bytes produced by real
-Java (``java.util.HashMap`` + Jackson) in the unit tests.
+checked byte for byte against the contract's vectors (``tests/data/offset_keys.json``) and
+bytes produced by real Java (``java.util.HashMap`` + Jackson) in the unit tests.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Final
 from urllib.parse import urlsplit
 
 import orjson
-from aiokafka.partitioner import murmur2
 
-from snowsource.errors import OffsetError
-from snowsource.query import legacy_query_fingerprint, query_fingerprint
+from snowsource.core.errors import OffsetError
+from snowsource.core.partitioner import partition_for_key
+from snowsource.core.query import legacy_query_fingerprint, query_fingerprint
 
 __all__ = [
     "OFFSET_VERSION",
@@ -376,10 +376,8 @@ def parse_key(data: bytes) -> tuple[str, dict[str, object]] | None:
 
 def kafka_partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Kafka's default partitioner picks for ``key``:
-    ``toPositive(murmur2(key)) % num_partitions`` (aiokafka's producer uses the same murmur2)."""
-    if num_partitions < 1:
-        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-    return (int(murmur2(key)) & 0x7FFFFFFF) % num_partitions
+    ``toPositive(murmur2(key)) % num_partitions`` (the same as aiokafka's producer)."""
+    return partition_for_key(key, num_partitions)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,6 +386,9 @@ def kafka_partition_for_key(key: bytes, num_partitions: int) -> int:
 PHASES: Final = ("backfill", "stream")
 OFFSET_VERSION: Final = "1"
 _OFFSET_KEYS: Final = ("version", "timestamp", "sys_id", "phase", "fingerprint")
+# A Kafka Connect worker serialises the offset map from a java.util.HashMap: these five keys
+# come out in this order, and snowsource writes the very same bytes (no rewrite on import).
+_OFFSET_WIRE_ORDER: Final = tuple(java_hashmap_order(_OFFSET_KEYS))
 _TIMESTAMP: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 
 
@@ -416,12 +417,13 @@ class SourceOffset:
 def encode_value(offset: SourceOffset | None) -> bytes | None:
     """Value bytes of an offset record; ``None`` (a tombstone) deletes the partition's offset.
 
-    Connect only ever parses values, so the documented key order is kept rather than
-    ``HashMap`` order; the escaping is Jackson's like everywhere else.
+    Keys in Java ``HashMap`` order (``phase, sys_id, fingerprint, version, timestamp``) with
+    Jackson's escaping: byte-identical to what a Connect worker writes for the same offset.
     """
     if offset is None:
         return None
-    body = ",".join(f"{jackson_string(k)}:{jackson_string(v)}" for k, v in offset.as_dict().items())
+    fields = offset.as_dict()
+    body = ",".join(f"{jackson_string(k)}:{jackson_string(fields[k])}" for k in _OFFSET_WIRE_ORDER)
     return ("{" + body + "}").encode("utf-8")
 
 
@@ -510,3 +512,12 @@ def validate_offset(
         phase=value["phase"],
         fingerprint=value["fingerprint"],
     )
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One live record of this connector in the offsets topic."""
+
+    key: bytes
+    partition: dict[str, object]
+    value: bytes

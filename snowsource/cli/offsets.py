@@ -27,10 +27,7 @@ import orjson
 import structlog
 from aiokafka.errors import KafkaError
 
-from snowsource.config import Settings, load_config
-from snowsource.daemon import kafka_connection, table_spec
-from snowsource.errors import ConfigError, OffsetError
-from snowsource.kafka import (
+from snowsource.adapters.kafka import (
     KafkaConnection,
     KafkaUnavailableError,
     TopicConfigError,
@@ -38,9 +35,18 @@ from snowsource.kafka import (
     existing_topics,
     wait_for_kafka,
 )
-from snowsource.membership import SESSION_TIMEOUT_MS, Member, describe_members
-from snowsource.offset_store import OffsetStore, StoredEntry
-from snowsource.offsets_admin import (
+from snowsource.adapters.membership import SESSION_TIMEOUT_MS, Member, describe_members
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.config.settings import Settings, load_config
+from snowsource.core.errors import ConfigError, OffsetError
+from snowsource.core.offsets_codec import (
+    SourceOffset,
+    SourcePartition,
+    StoredEntry,
+    encode_key,
+    encode_value,
+)
+from snowsource.core.offsets_plan import (
     ListedOffset,
     OffsetChange,
     list_offsets,
@@ -50,8 +56,8 @@ from snowsource.offsets_admin import (
     set_offset,
     validate_changes,
 )
-from snowsource.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
-from snowsource.poller import TableSpec
+from snowsource.core.table import TableSpec
+from snowsource.engine.supervisor import kafka_connection, table_spec
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "amain", "main"]
 

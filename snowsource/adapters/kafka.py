@@ -19,7 +19,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 from aiokafka.helpers import create_ssl_context
 
-from snowsource.errors import SnowsourceError
+from snowsource.core.errors import SnowsourceError
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from snowsource.query import split_groups
+from snowsource.core.query import split_groups
 
 TS_FORMAT = "%Y-%m-%d %H:%M:%S"
 

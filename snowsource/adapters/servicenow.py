@@ -3,7 +3,7 @@
 - ``classify`` is the one place an HTTP answer becomes an error class (SPEC §9): what the caller
   does next (retry, wait, halve the page, fail the table) follows from the class alone.
 - ``ServiceNowClient`` makes exactly one attempt per call (plus one token refresh and retry on a
-  401 with OAuth2); retrying is the caller's policy (``snowsource.retry``). One client, and so
+  401 with OAuth2); retrying is the caller's policy (``snowsource.core.retry``). One client, and so
   one concurrency semaphore, is shared by every table of the process: the limit is per instance.
 - Secrets (passwords, client secrets, API keys, tokens) never appear in an exception message or
   in anything the client logs; an ``Authorization`` header is only ever handed to aiohttp.
@@ -28,7 +28,7 @@ import orjson
 from pydantic import SecretStr
 
 from snowsource import __version__
-from snowsource.errors import (
+from snowsource.core.errors import (
     AuthError,
     ConfigError,
     ExecutionTimeExceededError,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import structlog
 
 from snowsource import __version__
-from snowsource.errors import ConfigError, FencedError, SnowsourceError
+from snowsource.core.errors import ConfigError, FencedError, SnowsourceError
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -43,15 +43,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_run(config_path: str | None) -> int:
     """``snowsource run``."""
-    from snowsource.config import load_config
-    from snowsource.daemon import run_until_signal
-    from snowsource.logs import configure_logging
+    from snowsource.config.settings import load_config
+    from snowsource.engine.supervisor import run_until_signal
+    from snowsource.observability.logs import configure_logging
 
     loaded = load_config(config_path)
     settings = loaded.settings
     configure_logging(str(settings.log.format), str(settings.log.level))
     for warning in loaded.warnings:
-        structlog.get_logger("snowsource.config").warning(warning)
+        structlog.get_logger("snowsource.config.settings").warning(warning)
     try:
         return asyncio.run(run_until_signal(settings))
     except FencedError as exc:
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return emulator_main(args_list[1:])
     if args_list and args_list[0] == "offsets":
-        from snowsource.offsets_cli import main as offsets_main
+        from snowsource.cli.offsets import main as offsets_main
 
         return offsets_main(args_list[1:])
     parser = _parser()
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args.config)
         if args.command == "check":
-            from snowsource.check import main as check_main
+            from snowsource.cli.check import main as check_main
 
             return check_main(args.config)
     except ConfigError as exc:

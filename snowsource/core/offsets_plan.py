@@ -28,11 +28,11 @@ from typing import Final, Protocol
 
 import orjson
 
-from snowsource.errors import OffsetError
-from snowsource.offset_store import StoredEntry
-from snowsource.offsets_codec import (
+from snowsource.core.errors import OffsetError
+from snowsource.core.offsets_codec import (
     SourceOffset,
     SourcePartition,
+    StoredEntry,
     encode_key,
     java_hashmap_order,
     validate_offset,

@@ -25,10 +25,10 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from snowsource.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
-from snowsource.resource import AsyncResource
+from snowsource.adapters.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
+from snowsource.runtime.resource import AsyncResource
 
-log = structlog.get_logger("snowsource.membership")
+log = structlog.get_logger("snowsource.adapters.membership")
 
 _PREFIX = "snowsource"
 CHECK_INTERVAL_SECONDS = 15.0

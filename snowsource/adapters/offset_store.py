@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from snowsource.kafka import (
+from snowsource.adapters.kafka import (
     CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     TopicConfigError,
@@ -27,19 +26,10 @@ from snowsource.kafka import (
     describe_topic_configs,
     existing_topics,
 )
-from snowsource.offsets_codec import SourcePartition, encode_key, parse_key
-from snowsource.resource import AsyncResource
+from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
+from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class StoredEntry:
-    """One live record of this connector in the offsets topic."""
-
-    key: bytes
-    partition: dict[str, object]
-    value: bytes
 
 
 async def _wait_for_topic(admin: Any, topic: str, within: float = 30.0) -> dict[str, int]:

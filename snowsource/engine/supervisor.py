@@ -20,27 +20,28 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from snowsource import metrics
-from snowsource.aio import done_before
-from snowsource.assignment import assign
-from snowsource.clock import InstanceClock
-from snowsource.config import AuthType, Settings, TableConfig, redacted_dict
-from snowsource.errors import FencedError
-from snowsource.kafka import KafkaConnection, wait_for_kafka
-from snowsource.logs import register_secrets
-from snowsource.membership import GroupMembership
-from snowsource.offset_store import OffsetStore
-from snowsource.offsets_codec import legacy_partition_for, partition_for
-from snowsource.poller import Poller, TableSpec, TableState
-from snowsource.query import normalise_query
-from snowsource.retry import RetryPolicy
-from snowsource.sink import RecordSink, ensure_topics
-from snowsource.snow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.adapters.kafka import KafkaConnection, wait_for_kafka
+from snowsource.adapters.membership import GroupMembership
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.config.settings import AuthType, Settings, TableConfig, redacted_dict
+from snowsource.core.assignment import assign
+from snowsource.core.clock import InstanceClock
+from snowsource.core.errors import FencedError
+from snowsource.core.offsets_codec import legacy_partition_for, partition_for
+from snowsource.core.query import normalise_query
+from snowsource.core.retry import RetryPolicy
+from snowsource.core.table import TableSpec
+from snowsource.engine.poller import Poller, TableState
+from snowsource.observability import metrics
+from snowsource.observability.logs import register_secrets
+from snowsource.runtime.aio import done_before
 
 if TYPE_CHECKING:
-    from snowsource.rest import RestServer
+    from snowsource.api.rest import RestServer
 
-log = structlog.get_logger("snowsource.daemon")
+log = structlog.get_logger("snowsource.engine.supervisor")
 
 
 class ConnectorState(StrEnum):
@@ -279,7 +280,7 @@ class Daemon:
             )
             if s.rest.enabled:
                 # Imported here because rest imports this module (ConnectorState, table_spec).
-                from snowsource.rest import RestServer  # noqa: PLC0415
+                from snowsource.api.rest import RestServer  # noqa: PLC0415
 
                 self.rest = await stack.enter_async_context(RestServer(self))
             membership = await stack.enter_async_context(

@@ -24,15 +24,15 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from snowsource.errors import KafkaSinkError
-from snowsource.kafka import (
+from snowsource.adapters.kafka import (
     CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     admin_client,
     create_topic,
     existing_topics,
 )
-from snowsource.resource import AsyncResource
+from snowsource.core.errors import KafkaSinkError
+from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
 

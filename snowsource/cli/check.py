@@ -27,8 +27,14 @@ from typing import Any, Final
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
-from snowsource.assignment import assign
-from snowsource.config import (
+from snowsource.adapters.kafka import (
+    KafkaConnection,
+    broker_defaults,
+    describe_topic_configs,
+    existing_topics,
+)
+from snowsource.adapters.servicenow import Page, ServiceNowClient
+from snowsource.config.settings import (
     AuthType,
     LoadedConfig,
     OAuthGrantType,
@@ -36,22 +42,16 @@ from snowsource.config import (
     TableConfig,
     load_config,
 )
-from snowsource.daemon import kafka_connection, snow_auth
-from snowsource.errors import (
+from snowsource.core.assignment import assign
+from snowsource.core.errors import (
     AuthError,
     ConfigError,
     RateLimitedError,
     RetriableError,
     ServiceNowError,
 )
-from snowsource.kafka import (
-    KafkaConnection,
-    broker_defaults,
-    describe_topic_configs,
-    existing_topics,
-)
-from snowsource.query import normalise_query
-from snowsource.snow import Page, ServiceNowClient
+from snowsource.core.query import normalise_query
+from snowsource.engine.supervisor import kafka_connection, snow_auth
 
 __all__ = [
     "KAFKA_PROBE_MAX_SECONDS",

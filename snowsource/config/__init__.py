@@ -1,0 +1,1 @@
+"""Configuration: YAML file + environment + secret files, validated once into frozen settings."""

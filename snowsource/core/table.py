@@ -1,0 +1,41 @@
+"""A table as the engine sees it: its configuration resolved into one frozen value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snowsource.core.offsets_codec import SourcePartition
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Everything a poller needs to know about its table, resolved from the configuration."""
+
+    alias: str
+    name: str
+    topic: str
+    normalised_query: str
+    query_domain: bool
+    query_category: str | None
+    timestamp_field: str
+    id_field: str
+    fields: tuple[str, ...]
+    display_value: str
+    exclude_reference_link: bool
+    start_timestamp: str
+    batch_size: int
+    poll_interval: float
+    overlap_seconds: int
+    safety_lag_seconds: int
+    dedup_max_entries: int
+    partition: SourcePartition
+    legacy_partition: SourcePartition
+
+    @property
+    def describe(self) -> str:
+        """How diagnostics name this table's source partition."""
+        p = self.partition
+        return (
+            f"table alias {self.alias!r} (partition table={p.table} instance={p.instance} "
+            f"timestamp_field={p.timestamp_field} query_fingerprint={p.query_fingerprint})"
+        )

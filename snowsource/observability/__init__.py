@@ -1,0 +1,1 @@
+"""Logs (structlog, secrets redacted) and Prometheus metrics."""
