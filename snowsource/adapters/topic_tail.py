@@ -1,0 +1,191 @@
+"""Read what a table already put in its output topic, so a restart re-emits nothing (§13.4).
+
+After a restart, a resume or an internal restart the first sweep re-reads the overlap window
+before the committed cursor. Every row in that window that already reached Kafka would be
+produced again if the dedup cache started empty, and in at-least-once mode so would the records
+acknowledged after the last offset write. This module rebuilds the cache from the topic itself:
+the records of *this* table (headers ``snow.instance`` and ``snow.table``) whose
+``snow.timestamp`` lies in the re-read window.
+
+Only the tail of each partition is read. Within a partition a table's records appear in the
+order they were produced, which follows the cursor up to the overlap re-reads of earlier
+restarts, so walking backwards from the end in growing steps and stopping once a record of this
+table is older than the window by more than one further overlap (slack for those re-reads) finds
+every record of the window without touching the rest of the topic. A hard cap on scanned
+records keeps a pathological topic (another writer's traffic, a rewind) from turning the
+rebuild into a full read: past it the rebuild stops early and says so — at worst a duplicate,
+never a loss, because the cache only ever suppresses exact repeats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
+from snowsource.core.dedup import digest
+
+log = structlog.get_logger(__name__)
+
+#: Records fetched per partition in the first backward step; each further step is 4x larger.
+FIRST_STEP = 2000
+_MAX_IDLE_POLLS = 5
+
+
+@dataclass(frozen=True)
+class EmittedRecord:
+    """One record of the table found in its topic: what the dedup cache remembers."""
+
+    id: str
+    ts: str
+    digest: bytes
+
+
+@dataclass
+class TailResult:
+    """Records of the window in produce order per partition, and what reading them cost."""
+
+    records: list[EmittedRecord]
+    scanned: int
+    complete: bool  # False when the scan cap stopped a partition before the window's start
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Which records belong to the table and the window."""
+
+    instance: bytes
+    table: bytes
+    since: str
+    slack_floor: str
+
+
+def _header(headers: tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]], name: str) -> bytes:
+    for key, value in headers:
+        if key == name:
+            return value
+    return b""
+
+
+async def read_window(
+    conn: KafkaConnection,
+    topic: str,
+    *,
+    instance: str,
+    table: str,
+    since: str,
+    slack_floor: str,
+    max_scanned: int,
+    first_step: int = FIRST_STEP,
+) -> TailResult:
+    """This table's records in ``topic`` with ``snow.timestamp >= since``, read_committed.
+
+    ``slack_floor`` (at most ``since``) is where the backward walk may stop: once a partition
+    shows a record of this table older than it, nothing of the window lies before. Tombstones
+    (null values) are returned too, with an empty digest, so deleted ids are remembered as such.
+    """
+    window = _Window(instance.encode(), table.encode(), since, slack_floor)
+    async with admin_client(conn) as admin:
+        count = (await existing_topics(admin, [topic])).get(topic, 0)
+    if count == 0:
+        return TailResult([], 0, True)
+    consumer = AIOKafkaConsumer(
+        **conn.client_kwargs(),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    found: list[EmittedRecord] = []
+    scanned = 0
+    complete = True
+    try:
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        consumer.assign(tps)
+        begin = await consumer.beginning_offsets(tps)
+        end = await consumer.end_offsets(tps)
+        for tp in tps:
+            stop_at = end[tp]
+            step = first_step
+            chunks: list[list[EmittedRecord]] = []
+            while stop_at > begin[tp]:
+                budget = max_scanned - scanned
+                if budget <= 0:
+                    complete = False
+                    break
+                start = max(begin[tp], stop_at - min(step, budget))
+                chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
+                scanned += count
+                chunks.append(chunk)
+                if older_seen:
+                    break
+                stop_at = start
+                step *= 4
+            for chunk in reversed(chunks):
+                found.extend(chunk)
+    finally:
+        await consumer.stop()
+    if not complete:
+        log.warning(
+            "output topic tail too long to rebuild the dedup cache completely; rows of the "
+            "re-read window may be emitted once more",
+            topic=topic,
+            scanned=scanned,
+        )
+    return TailResult(found, scanned, complete)
+
+
+async def _read_range(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    start: int,
+    stop: int,
+    window: _Window,
+) -> tuple[list[EmittedRecord], bool, int]:
+    """Records of the table in ``[start, stop)`` of ``tp`` within the window, whether one older
+    than the window's slack floor was seen, and how many records were read."""
+    consumer.seek(tp, start)
+    chunk: list[EmittedRecord] = []
+    older_seen = False
+    count = 0
+    idle = 0
+    while True:
+        position = await consumer.position(tp)
+        if position >= stop:
+            break
+        batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
+        if not batch.get(tp):
+            # Aborted or control records only: the position still moves; a broker that stops
+            # answering must not hang a restart (a duplicate is the worst outcome).
+            idle += 1
+            if idle >= _MAX_IDLE_POLLS and await consumer.position(tp) == position:
+                break
+            continue
+        idle = 0
+        for record in batch.get(tp, []):
+            if record.offset >= stop:
+                return chunk, older_seen, count
+            count += 1
+            headers = record.headers
+            if (
+                record.key is None
+                or _header(headers, "snow.table") != window.table
+                or _header(headers, "snow.instance") != window.instance
+            ):
+                continue
+            ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
+            if ts < window.slack_floor:
+                older_seen = True
+            if ts >= window.since:
+                value = record.value
+                chunk.append(
+                    EmittedRecord(
+                        id=record.key.decode("utf-8", "replace"),
+                        ts=ts,
+                        digest=digest(value) if value is not None else b"",
+                    )
+                )
+    return chunk, older_seen, count
