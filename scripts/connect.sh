@@ -8,6 +8,7 @@
 #
 # Environment:
 #   KAFKA_PORT       the broker to use, on 127.0.0.1 (default 9092)
+#   KAFKA_BOOTSTRAP  another broker's bootstrap address instead (default 127.0.0.1:KAFKA_PORT)
 #   CONNECT_PORT     the worker's REST port (default KAFKA_PORT+2000)
 #   KAFKA_VERSION    Apache Kafka version fetched from Maven Central (default 4.1.1)
 #   CONNECT_CACHE    where fetched jars live (default ~/.cache/snowsource/connect-$KAFKA_VERSION)
@@ -20,6 +21,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_PORT="${KAFKA_PORT:-9092}"
+KAFKA_BOOTSTRAP="${KAFKA_BOOTSTRAP:-127.0.0.1:$KAFKA_PORT}"
 CONNECT_PORT="${CONNECT_PORT:-$((KAFKA_PORT + 2000))}"
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 # The suffix changes whenever the assembled classpath does, so an old cache is never reused.
@@ -86,7 +88,7 @@ start() {
   cp="$(classpath)"
   mkdir -p "$CONNECT_DATA"
   cat >"$CONNECT_DATA/worker.properties" <<PROPS
-bootstrap.servers=127.0.0.1:$KAFKA_PORT
+bootstrap.servers=$KAFKA_BOOTSTRAP
 listeners=http://127.0.0.1:$CONNECT_PORT
 offset.storage.file.filename=$CONNECT_DATA/offsets
 offset.flush.interval.ms=1000
@@ -113,7 +115,7 @@ L4J2
   local java_opts=("-Xms64m" "-Xmx$CONNECT_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1
     -Djava.awt.headless=true "-Dconnect.logs.dir=$CONNECT_DATA"
     "-Dlog4j2.configurationFile=$CONNECT_DATA/log4j2.properties")
-  log "starting Kafka Connect (standalone) on 127.0.0.1:$CONNECT_PORT for broker 127.0.0.1:$KAFKA_PORT"
+  log "starting Kafka Connect (standalone) on 127.0.0.1:$CONNECT_PORT for broker $KAFKA_BOOTSTRAP"
   nohup java "${java_opts[@]}" -cp "$cp" org.apache.kafka.connect.cli.ConnectStandalone \
     "$CONNECT_DATA/worker.properties" >"$CONNECT_DATA/stdout.log" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
