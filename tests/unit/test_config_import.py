@@ -7,9 +7,13 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from snowsource.cli.main import main
 from snowsource.config.settings import Settings, load_config
+from snowsource.core.connector_import import import_connector, render_yaml
 
 JAVA: dict[str, Any] = {
     "name": "servicenow-source",
@@ -225,3 +229,29 @@ def test_missing_file_and_usage_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no such file" in capsys.readouterr().err
     assert main(["config"]) == 2
     assert main(["config", "import"]) == 2
+
+
+_VALUE = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40
+).filter(lambda v: v.strip() == v and not v.startswith("${"))
+
+
+@given(query=_VALUE, topic=_VALUE, category=_VALUE)
+def test_any_text_value_survives_the_yaml(query: str, topic: str, category: str) -> None:
+    # Queries carry ^, =, :, # and quotes: the YAML must give back exactly what was imported.
+    config = {
+        "snow.url": "https://acme.service-now.com",
+        "snow.tables": "incident",
+        "snow.table.incident.name": "incident",
+        "snow.table.incident.query": query,
+        "snow.table.incident.topic": topic,
+        "snow.table.incident.query.category": category,
+    }
+    imported = import_connector(config)
+    loaded = yaml.safe_load(render_yaml(imported, config, "x.json"))
+    assert loaded["snow"]["tables"]["incident"] == {
+        "name": "incident",
+        "query": query,
+        "topic": topic,
+        "query.category": category,
+    }
