@@ -22,7 +22,6 @@ from snowsource.core.errors import ConnectorImportError
 
 Dialect = Literal["java", "confluent"]
 
-_ALIAS_RE: Final = re.compile(r"[a-z0-9_]+")
 _TABLE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_]+")
 _SINCE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # Our secret keys (SPEC: never printed unless asked for), and words that mark a source key whose
@@ -453,8 +452,20 @@ def _comment_value(key: str, value: Any) -> str:
 
 def render_yaml(imported: Imported, source: Mapping[str, Any], origin: str) -> str:
     """The YAML text: a header, the document, and a comment for every key not mapped."""
-    dialect = "Java ServiceNow source connector" if imported.dialect == "java" else "Confluent"
+    if imported.dialect == "java":
+        dialect = "Java ServiceNow source connector"
+        hint = (
+            "With the same name and the worker's offsets topic, each table resumes from the "
+            "connector's offsets."
+        )
+    else:
+        dialect = "Confluent ServiceNow source connector"
+        hint = (
+            "Confluent's offsets are not read: set start.timestamp from the connector's last "
+            "record, and prefer a name of its own."
+        )
     out = [f"# snowsource configuration imported from {origin} ({dialect} config)."]
+    out.append(f"# {hint} See docs/migration.md.")
     out += [f"# Note: {note}" for note in imported.notes]
     if imported.unmapped:
         out.append("# Keys that could not be mapped:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,26 @@ def test_any_text_value_survives_the_yaml(query: str, topic: str, category: str)
         "topic": topic,
         "query.category": category,
     }
+
+
+def test_every_omitted_secret_names_a_variable_that_sets_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = {
+        "snow.url": "https://acme.service-now.com",
+        "snow.auth.type": "OAUTH2",
+        "snow.auth.oauth.client.id": "client",
+        "snow.auth.oauth.client.secret": "client-secret-value",
+        "snow.auth.oauth.token.url": "https://acme.service-now.com/oauth_token.do",
+        "snow.tables": "incident",
+        "snow.table.incident.name": "incident",
+    }
+    code, out, _ = _import(tmp_path, capsys, document)
+    assert code == 0
+    assert "client-secret-value" not in out
+    named = re.findall(r"set (SNOWSOURCE_[A-Z_]+)", out)
+    assert named == ["SNOWSOURCE_SNOW__AUTH__OAUTH_CLIENT_SECRET"]
+    s = _load(tmp_path, out, dict.fromkeys(named, "from-env"))
+    assert s.snow.auth.oauth_client_secret is not None
+    assert s.snow.auth.oauth_client_secret.get_secret_value() == "from-env"
+    assert s.snow.auth.oauth_token_url == document["snow.auth.oauth.token.url"]
