@@ -9,12 +9,14 @@ it only borrows the table's ``query.domain`` flag, because the same integration 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourcePartition, partition_for
+from snowsource.core.query import normalise_query
+from snowsource.core.table import TableSpec
 
 AUDIT_TABLE: Final = "sys_audit_delete"
 AUDIT_TIMESTAMP_FIELD: Final = "sys_created_on"
@@ -49,6 +51,31 @@ def delete_partition(*, snow_url: str, table: str, query_domain: bool) -> Source
         query=audit_query(table),
         query_domain=query_domain,
         timestamp_field=AUDIT_TIMESTAMP_FIELD,
+    )
+
+
+def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
+    """The spec a keyset reader needs for ``table``'s delete stream.
+
+    It pages ``sys_audit_delete`` like any table, with the table's topic, page size, pacing and
+    start point; only the identity and the cursor fields differ. The Java connector never had a
+    delete stream, so there is no legacy partition to adopt.
+    """
+    partition = delete_partition(
+        snow_url=snow_url, table=table.name, query_domain=table.query_domain
+    )
+    return replace(
+        table,
+        alias=delete_alias(table.alias),
+        name=AUDIT_TABLE,
+        normalised_query=normalise_query(audit_query(table.name)),
+        timestamp_field=AUDIT_TIMESTAMP_FIELD,
+        id_field=AUDIT_ID_FIELD,
+        fields=AUDIT_FIELDS,
+        display_value="false",
+        exclude_reference_link=True,
+        partition=partition,
+        legacy_partition=partition,
     )
 
 
