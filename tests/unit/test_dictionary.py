@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from snowsource.core.dictionary import (
     columns,
@@ -73,3 +77,34 @@ def test_queries_for_each_step() -> None:
     assert dictionary_query(["incident", "task"]) == (
         "nameINincident,task^ORDERBYname^ORDERBYelement"
     )
+
+
+@given(
+    depth=st.integers(min_value=1, max_value=6),
+    # (level, element) is unique on an instance: one dictionary row per column of a table.
+    defs=st.dictionaries(
+        st.tuples(st.integers(min_value=0, max_value=5), st.sampled_from(["a", "b", "c", "d"])),
+        st.sampled_from(["string", "integer", "boolean", "reference"]),
+        max_size=20,
+    ),
+    shuffle=st.randoms(use_true_random=False),
+)
+def test_walk_finds_the_nearest_definition_of_every_column(
+    depth: int, defs: dict[tuple[int, str], str], shuffle: Any
+) -> None:
+    names = [f"t{level}" for level in range(depth)]  # t0 extends t1 extends ... (nearest first)
+    objects = [
+        {"sys_id": f"{level:032x}", "name": name, "super_class": f"{level + 1:032x}"}
+        for level, name in enumerate(names)
+    ]
+    objects[-1]["super_class"] = ""
+    rows = [_col(f"t{level}", element, kind) for (level, element), kind in defs.items()]
+    shuffle.shuffle(objects)
+    shuffle.shuffle(rows)
+    chain = lineage("t0", objects)
+    assert chain == names
+    nearest: dict[str, tuple[int, str]] = {}
+    for (level, element), kind in defs.items():
+        if level < depth and (element not in nearest or level < nearest[element][0]):
+            nearest[element] = (level, kind)
+    assert columns(chain, rows) == {element: kind for element, (_, kind) in nearest.items()}
