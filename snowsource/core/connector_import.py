@@ -24,7 +24,7 @@ Dialect = Literal["java", "confluent"]
 
 _TABLE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_]+")
 _SINCE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-# Our secret keys (SPEC: never printed unless asked for), and words that mark a source key whose
+# Our secret keys (never printed unless asked for), and words that mark a source key whose
 # value must not be echoed in a comment.
 _SECRET_TARGETS: Final = frozenset({"password", "oauth.client.secret", "api.key"})
 _SECRET_WORDS: Final = ("password", "secret", "api.key", "apikey", "token", "license", "credential")
