@@ -37,3 +37,34 @@ class LocalBroker:
 def unique(prefix: str) -> str:
     """A name no other test uses (topics, connector names, groups)."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+CONNECT_SCRIPT = REPO / "scripts" / "connect.sh"
+
+
+@dataclass
+class LocalConnect:
+    """A Kafka Connect standalone worker started by ``scripts/connect.sh`` for a broker."""
+
+    bootstrap: str
+    port: int
+    data_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self, action: str) -> None:
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP": self.bootstrap,
+            "CONNECT_PORT": str(self.port),
+            "CONNECT_DATA": str(self.data_dir),
+        }
+        subprocess.run([str(CONNECT_SCRIPT), action], env=env, check=True, timeout=300)
+
+    def start(self) -> None:
+        self._run("start")
+
+    def stop(self) -> None:
+        self._run("stop")

@@ -11,6 +11,7 @@
     │   └── TableError           403 / 400 / 404 or an impossible answer: FAIL that table
     ├── TableFailedError         a table must stop with a diagnostic (rows out of order, bad row)
     ├── KafkaSinkError           Kafka refused a record for good (too large, not authorised)
+    ├── ConnectorImportError     `config import` got a file that is no known connector config
     └── FencedError              a newer process with the same task.id took over; exit 1
 
 Kafka's own transient errors are not wrapped: aiokafka's ``KafkaError.retriable`` decides.
@@ -74,6 +75,10 @@ class TableFailedError(SnowsourceError):
 
 class KafkaSinkError(SnowsourceError):
     """Kafka refused a record in a way retrying cannot cure."""
+
+
+class ConnectorImportError(SnowsourceError):
+    """A file given to ``config import`` is not a connector config of a known dialect."""
 
 
 class FencedError(SnowsourceError):

@@ -338,16 +338,22 @@ class Emulator:
                 visible_at=when,
             )
             own = table.own_fields if table.parent is not None else tuple(table.fields.values())
-            for f in own:
+            # The first row of a table is its "collection" entry (no element), as on an instance.
+            entries = [("", table.label, "collection", "", 40)]
+            entries += [
+                (f.name, f.label or f.name, f.dictionary_type, f.reference or "", f.max_length)
+                for f in own
+            ]
+            for element, label, internal_type, reference, max_length in entries:
                 self.insert(
                     "sys_dictionary",
                     {
                         "name": table.name,
-                        "element": f.name,
-                        "column_label": f.label or f.name,
-                        "internal_type": "glide_date_time" if f.type == "datetime" else f.type,
-                        "reference": f.reference or "",
-                        "max_length": "40" if f.type != "string" else "255",
+                        "element": element,
+                        "column_label": label,
+                        "internal_type": internal_type,
+                        "reference": reference,
+                        "max_length": str(max_length),
                         "active": "true",
                     },
                     at=when,

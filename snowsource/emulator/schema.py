@@ -16,6 +16,18 @@ from snowsource.emulator.encoded_query import FieldType
 FIELD_TYPES: frozenset[str] = frozenset(
     {"string", "integer", "decimal", "boolean", "datetime", "reference", "choice", "sys_id"}
 )
+# The ``sys_dictionary.internal_type`` a field type shows unless the field names its own: the
+# query evaluator needs only the coarse type, a typed reader needs the instance's real name.
+_DEFAULT_INTERNAL_TYPES: Mapping[str, str] = {
+    "string": "string",
+    "integer": "integer",
+    "decimal": "decimal",
+    "boolean": "boolean",
+    "datetime": "glide_date_time",
+    "reference": "reference",
+    "choice": "choice",
+    "sys_id": "GUID",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +41,23 @@ class Field:
     label: str = ""
     # A reference whose target rows are not stored (sys_domain): display the raw value.
     display_is_value: bool = False
+    # The real instance's type name when it differs from the default for ``type``: a choice
+    # stored as a number (``priority``) is ``integer``, a date-only column ``glide_date``.
+    internal_type: str | None = None
+
+    @property
+    def dictionary_type(self) -> str:
+        """``sys_dictionary.internal_type`` of this field."""
+        return self.internal_type or _DEFAULT_INTERNAL_TYPES[self.type]
+
+    @property
+    def max_length(self) -> int:
+        """``sys_dictionary.max_length`` as the platform defaults it per type."""
+        if self.dictionary_type in ("GUID", "reference", "domain_id"):
+            return 32
+        if self.dictionary_type in ("string", "choice", "domain_path", "sys_class_name"):
+            return 4000 if self.name == "description" else 255
+        return 40
 
     def __post_init__(self) -> None:
         if self.type not in FIELD_TYPES:
@@ -94,7 +123,7 @@ def system_fields(*, no_update: bool = False, domain_separated: bool = True) -> 
             Field("sys_updated_by", label="Updated by"),
             Field("sys_mod_count", "integer", label="Updates"),
         ]
-    out.append(Field("sys_class_name", label="Class"))
+    out.append(Field("sys_class_name", label="Class", internal_type="sys_class_name"))
     if domain_separated:
         out += [
             Field(
@@ -103,8 +132,9 @@ def system_fields(*, no_update: bool = False, domain_separated: bool = True) -> 
                 reference="sys_user_group",
                 label="Domain",
                 display_is_value=True,
+                internal_type="domain_id",
             ),
-            Field("sys_domain_path", label="Domain Path"),
+            Field("sys_domain_path", label="Domain Path", internal_type="domain_path"),
         ]
     return out
 
@@ -114,7 +144,16 @@ def _ref(name: str, target: str, label: str = "") -> Field:
 
 
 def _choice(name: str, choices: Mapping[str, str], label: str = "") -> Field:
-    return Field(name, "choice", choices=dict(choices), label=label)
+    # Choice lists keyed by numbers are integer columns on a real instance (priority, state);
+    # the others are strings with a choice list.
+    numeric = all(value.lstrip("-").isdigit() for value in choices)
+    return Field(
+        name,
+        "choice",
+        choices=dict(choices),
+        label=label,
+        internal_type="integer" if numeric else None,
+    )
 
 
 PRIORITY = {
@@ -211,6 +250,7 @@ def builtin_tables() -> dict[str, TableDef]:
             Field("due_date", "datetime", label="Due date"),
             _ref("cmdb_ci", "cmdb_ci", "Configuration item"),
             Field("reassignment_count", "integer", label="Reassignment count"),
+            Field("work_notes", label="Work notes", internal_type="journal_input"),
         ),
         display_field="number",
         number_prefix="TASK",
@@ -283,6 +323,7 @@ def builtin_tables() -> dict[str, TableDef]:
             Field("cost", "decimal", label="Cost"),
             Field("discovery_source", label="Discovery source"),
             Field("last_discovered", "datetime", label="Most recent discovery"),
+            Field("purchase_date", label="Purchased", internal_type="glide_date"),
         ),
         display_field="name",
     )
@@ -293,6 +334,7 @@ def builtin_tables() -> dict[str, TableDef]:
             Field("os", label="Operating System"),
             Field("cpu_count", "integer", label="CPU count"),
             Field("ram", "integer", label="RAM (MB)"),
+            Field("disk_space", "decimal", label="Disk space (GB)", internal_type="float"),
         ),
         parent=cmdb_ci,
         display_field="name",

@@ -203,6 +203,8 @@ def ci_values(rng: random.Random, users: Sequence[str], index: int) -> tuple[str
             cpu_count=str(rng.choice((2, 4, 8, 16))),
             ram=str(rng.choice((4096, 8192, 16384, 65536))),
         )
+        # Derived, not drawn: one more random draw would change every row seeded after it.
+        values["disk_space"] = f"{int(values['ram']) / 64:.2f}"
         return "cmdb_ci_server", values
     return "cmdb_ci", values
 
@@ -252,6 +254,7 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
             created, updated = _spread(rng, now)
             table, values = ci_values(rng, users, len(cis) + index)
             values["last_discovered"] = stamp(updated)
+            values["purchase_date"] = (created - timedelta(days=90)).date().isoformat()
             cis.append(_write(emu, table, values, created, updated, rng=rng))
     if "incident" in tables:
         for _ in range(rows):

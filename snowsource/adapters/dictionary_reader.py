@@ -1,0 +1,86 @@
+"""Reads a table's columns through the Table API (``value.format: typed``).
+
+The walk itself is pure (:mod:`snowsource.core.dictionary`); this module does its requests:
+one ``sys_db_object`` row per step up ``super_class``, then the dictionary rows of the whole
+lineage, paged by ``sys_id``. It retries nothing: a retriable error reaches the caller, whose
+retry policy owns the table. A 403 on either schema table becomes a ``TableError`` naming the
+read access typed records need.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from snowsource.adapters.servicenow import ServiceNowClient
+from snowsource.core.dictionary import (
+    DB_OBJECT_FIELDS,
+    DICTIONARY_FIELDS,
+    columns,
+    db_object_query,
+    lineage,
+    parent_query,
+)
+from snowsource.core.errors import TableError
+
+# Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
+# chain is a super_class loop the pure walk then names.
+_MAX_DEPTH: Final = 32
+
+
+async def _rows(
+    client: ServiceNowClient, table: str, query: str, fields: tuple[str, ...], limit: int
+) -> list[dict[str, Any]]:
+    params = {
+        "sysparm_query": query,
+        "sysparm_fields": ",".join(fields),
+        "sysparm_limit": str(limit),
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+    try:
+        page = await client.get_page(table, params)
+    except TableError as exc:
+        if exc.status == 403:
+            raise TableError(
+                f"typed records need read access to {table} (and to sys_db_object and "
+                f"sys_dictionary): grant the integration user a read ACL on them, or use "
+                f"value.format: string. The instance said: {exc}",
+                status=exc.status,
+            ) from exc
+        raise
+    return page.rows
+
+
+async def read_columns(
+    client: ServiceNowClient, table: str, *, page_size: int = 1000
+) -> dict[str, str]:
+    """``element -> internal_type`` for ``table``, inherited columns included."""
+    objects: list[dict[str, Any]] = []
+    query: str | None = db_object_query(table)
+    seen: set[str] = set()
+    while query is not None and len(objects) < _MAX_DEPTH:
+        found = await _rows(client, "sys_db_object", query, DB_OBJECT_FIELDS, 1)
+        if not found or found[0].get("sys_id") in seen:
+            break  # missing or looping: the pure walk below says which
+        seen.add(str(found[0].get("sys_id")))
+        objects.append(found[0])
+        query = parent_query(found[0])
+    chain = lineage(table, objects)
+    rows: list[dict[str, Any]] = []
+    after = ""
+    base = f"nameIN{','.join(chain)}"
+    while True:
+        # Keyset by sys_id: the dictionary rows of a lineage have no other unique order.
+        keyset = f"{base}^sys_id>{after}" if after else base
+        page = await _rows(
+            client,
+            "sys_dictionary",
+            f"{keyset}^ORDERBYsys_id",
+            ("sys_id", *DICTIONARY_FIELDS),
+            page_size,
+        )
+        rows.extend(page)
+        if len(page) < page_size:
+            return columns(chain, rows)
+        after = str(page[-1]["sys_id"])

@@ -1,0 +1,122 @@
+"""The delete stream of a table (``deletes: audit``): its partition, rows and tombstones. Pure.
+
+A table's deletes are read from ``sys_audit_delete`` with the query ``tablename=<name>`` and the
+keyset cursor ``(sys_created_on, sys_id)``. The stream is an ordinary source partition of its own
+(``table: sys_audit_delete``), so Kafka Connect and the offsets script see it like any other;
+it only borrows the table's ``query.domain`` flag, because the same integration user reads both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from snowsource.core.dictionary import raw
+from snowsource.core.errors import TableFailedError
+from snowsource.core.offsets_codec import SourcePartition, partition_for
+from snowsource.core.query import normalise_query
+from snowsource.core.table import TableSpec
+
+AUDIT_TABLE: Final = "sys_audit_delete"
+AUDIT_TIMESTAMP_FIELD: Final = "sys_created_on"
+AUDIT_ID_FIELD: Final = "sys_id"
+AUDIT_FIELDS: Final = ("sys_id", "sys_created_on", "tablename", "documentkey")
+ALIAS_SUFFIX: Final = ".deletes"
+OPERATION_HEADER: Final = "snow.operation"
+UPSERT: Final = b"upsert"
+DELETE: Final = b"delete"
+# What a 403 on the audit table means and how to fix it, for the delete stream's FAILED status.
+ACCESS_HINT: Final = (
+    "reading deletes needs read access to sys_audit_delete (a table-level read ACL on "
+    "sys_audit_delete for the integration user, usually granted with the admin role)"
+)
+
+
+def audit_query(table: str) -> str:
+    """The delete stream's base query: the audit rows of ``table``."""
+    return f"tablename={table}"
+
+
+def delete_alias(alias: str) -> str:
+    """How the offsets script, REST status and metrics name a table's delete stream."""
+    return alias + ALIAS_SUFFIX
+
+
+def delete_partition(*, snow_url: str, table: str, query_domain: bool) -> SourcePartition:
+    """The source partition of ``table``'s delete stream."""
+    return partition_for(
+        snow_url=snow_url,
+        table=AUDIT_TABLE,
+        query=audit_query(table),
+        query_domain=query_domain,
+        timestamp_field=AUDIT_TIMESTAMP_FIELD,
+    )
+
+
+def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
+    """The spec a keyset reader needs for ``table``'s delete stream.
+
+    It pages ``sys_audit_delete`` like any table, with the table's topic, page size, pacing and
+    start point; only the identity and the cursor fields differ. The Java connector never had a
+    delete stream, so there is no legacy partition to adopt.
+    """
+    partition = delete_partition(
+        snow_url=snow_url, table=table.name, query_domain=table.query_domain
+    )
+    return replace(
+        table,
+        alias=delete_alias(table.alias),
+        name=AUDIT_TABLE,
+        normalised_query=normalise_query(audit_query(table.name)),
+        timestamp_field=AUDIT_TIMESTAMP_FIELD,
+        id_field=AUDIT_ID_FIELD,
+        fields=AUDIT_FIELDS,
+        display_value="false",
+        exclude_reference_link=True,
+        partition=partition,
+        legacy_partition=partition,
+    )
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """What one audit row produces: a null-valued record keyed by the deleted row's id."""
+
+    key: str
+    timestamp: str
+    audit_id: str
+
+
+def tombstone(row: Mapping[str, Any], table: str) -> Tombstone:
+    """The tombstone for one ``sys_audit_delete`` row of ``table``.
+
+    A row of another table, or without ``documentkey``, contradicts the query that read it: the
+    delete stream FAILs rather than deleting the wrong key downstream.
+    """
+    audit_id = raw(row, AUDIT_ID_FIELD)
+    tablename = raw(row, "tablename")
+    if tablename != table:
+        raise TableFailedError(
+            f"sys_audit_delete row {audit_id} is for table {tablename!r}, not {table!r}: the "
+            "instance did not apply the tablename filter"
+        )
+    key = raw(row, "documentkey")
+    if not key:
+        raise TableFailedError(
+            f"sys_audit_delete row {audit_id} has no documentkey: the integration user may "
+            "lack read access to the documentkey field"
+        )
+    return Tombstone(key=key, timestamp=raw(row, AUDIT_TIMESTAMP_FIELD), audit_id=audit_id)
+
+
+def cap_high_water(delete_hi: str, table_completed_hi: str | None) -> str | None:
+    """The delete stream's HI for a sweep: never past the table's last completed sweep.
+
+    Returns None while the table has not completed a sweep (the delete stream waits), so a
+    tombstone is never followed by an older version of the row it deletes. Timestamps are
+    ``YYYY-MM-DD HH:MM:SS`` strings, whose string order is time order.
+    """
+    if table_completed_hi is None:
+        return None
+    return min(delete_hi, table_completed_hi)

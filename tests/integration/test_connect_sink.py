@@ -1,0 +1,175 @@
+"""A real Kafka Connect sink reads typed records in the JsonConverter envelope.
+
+The worker is Apache Kafka Connect itself (``scripts/connect.sh``, standalone mode, the
+JsonConverter with ``value.converter.schemas.enable=true``) running the FileStreamSink connector.
+The records are built with the core functions from emulator rows read through the Table API, one
+of them with a value that does not parse as its column's type. A schema that disagreed with its
+payload would make the converter throw and the task FAIL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from snowsource.core.connect_schema import envelope_bytes
+from snowsource.core.dictionary import (
+    DB_OBJECT_FIELDS,
+    DICTIONARY_FIELDS,
+    columns,
+    dictionary_query,
+    lineage,
+)
+from snowsource.core.typed import convert_row
+from snowsource.emulator import Emulator, serve
+from tests.conftest import TopicFactory
+from tests.kafka_support import REPO, LocalConnect, unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def connect_worker(kafka_bootstrap: str) -> Iterator[LocalConnect]:
+    if shutil.which("java") is None:
+        pytest.skip("Java is missing: the Kafka Connect worker needs a JRE 17+ on PATH")
+    kafka_port = int(os.environ.get("KAFKA_PORT", "9092"))
+    port = int(os.environ.get("CONNECT_PORT", str(kafka_port + 2000)))
+    worker = LocalConnect(kafka_bootstrap, port, REPO / ".kafka" / f"connect-{port}")
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+async def _table(
+    http: aiohttp.ClientSession, url: str, name: str, **params: str
+) -> list[dict[str, Any]]:
+    async with http.get(
+        f"{url}/api/now/v2/table/{name}",
+        params={"sysparm_limit": "10000", **params},
+        headers={"Authorization": aiohttp.encode_basic_auth("admin", "admin")},
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        result = orjson.loads(await resp.read())["result"]
+        assert isinstance(result, list)
+        return result
+
+
+def _struct_text(value: Any) -> str:
+    """What Connect's ``Struct.toString()`` prints for a decoded value (null fields left out)."""
+    if isinstance(value, dict):
+        inner = ",".join(f"{k}={_struct_text(v)}" for k, v in value.items() if v is not None)
+        return f"Struct{{{inner}}}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, float) and 1e-3 <= abs(value) < 1e7:
+        return repr(value)  # Java's Double.toString agrees with repr in this range
+    raise AssertionError(f"no Java rendering for {value!r} in this test")
+
+
+async def _until(what: str, check: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+# incident: integers, booleans, dates, reference structs and a value that does not parse;
+# cmdb_ci_server: doubles (decimal and float columns) and a date-only column as well.
+@pytest.mark.parametrize("case", [("incident", "priority"), ("cmdb_ci_server", "ram")])
+async def test_file_sink_reads_typed_envelopes(
+    case: tuple[str, str],
+    connect_worker: LocalConnect,
+    topic_factory: TopicFactory,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    name, odd_field = case
+    emu = Emulator(seed=5)
+    emu.seed(("incident", "cmdb_ci"), rows=25)
+    odd = emu.insert(name, {odd_field: "n/a"})
+    async with serve(emu) as url:
+        objects = await _table(
+            http, url, "sys_db_object", sysparm_fields=",".join(DB_OBJECT_FIELDS)
+        )
+        chain = lineage(name, objects)
+        dictionary = await _table(
+            http,
+            url,
+            "sys_dictionary",
+            sysparm_query=dictionary_query(chain),
+            sysparm_fields=",".join(DICTIONARY_FIELDS),
+        )
+        rows = await _table(http, url, name, sysparm_query=f"sys_class_name={name}^ORDERBYsys_id")
+    cols = columns(chain, dictionary)
+    typed = [convert_row(row, cols) for row in rows]
+    assert [t.unparsed for t in typed if t.unparsed] == [(odd_field,)]
+
+    topic = await topic_factory("typed")
+    producer = AIOKafkaProducer(bootstrap_servers=connect_worker.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for row, value in zip(rows, typed, strict=True):
+            await producer.send_and_wait(
+                topic, envelope_bytes(value, f"servicenow.{name}"), key=row["sys_id"].encode()
+            )
+    finally:
+        await producer.stop()
+
+    connector = unique("sink")
+    out = tmp_path / "sink.txt"
+    config = {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        "tasks.max": "1",
+        "topics": topic,
+        "file": str(out),
+    }
+    async with http.post(
+        f"{connect_worker.url}/connectors", json={"name": connector, "config": config}
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+    try:
+
+        async def lines() -> list[str]:
+            if not out.exists():
+                return []
+            found = out.read_text(encoding="utf-8").splitlines()
+            return found if len(found) >= len(rows) else []
+
+        written = await _until(f"{len(rows)} lines in {out}", lines)
+        async with http.get(f"{connect_worker.url}/connectors/{connector}/status") as resp:
+            status = await resp.json()
+        assert status["connector"]["state"] == "RUNNING", status
+        assert [t["state"] for t in status["tasks"]] == ["RUNNING"], status
+        # FileStreamSink writes each value's toString(): the Struct Connect decoded, so every
+        # typed value reached the sink as its type (and the odd value as the text it was).
+        assert written == [_struct_text(value.values) for value in typed]
+        odd_line = written[[r["sys_id"] for r in rows].index(odd["sys_id"])]
+        assert re.search(f"[{{,]{odd_field}=n/a[,}}]", odd_line), odd_line
+    finally:
+        async with http.delete(f"{connect_worker.url}/connectors/{connector}") as resp:
+            assert resp.status == 204, await resp.text()
