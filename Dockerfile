@@ -51,17 +51,6 @@ RUN --mount=type=secret,id=pip_cert,required=false \
 # -------------------------------------------------------------------------------- runtime stage
 FROM python:${PYTHON_VERSION}-slim
 
-# Kept in step with pyproject.toml's version (the image smoke test compares them).
-ARG VERSION=0.1.0
-ARG REVISION=""
-ARG SOURCE_URL=""
-LABEL org.opencontainers.image.title="snowsource" \
-      org.opencontainers.image.description="Stream ServiceNow tables into Apache Kafka with Kafka Connect-compatible offsets" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE_URL}" \
-      org.opencontainers.image.licenses="Apache-2.0"
-
 ENV PATH=/opt/snowsource/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -86,6 +75,18 @@ EXPOSE 8083
 # (docker run --no-healthcheck).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
+
+# Last, so a new commit (REVISION) rebuilds no layer above.
+# VERSION is kept in step with pyproject.toml's version (the image smoke test compares them).
+ARG VERSION=0.1.0
+ARG REVISION=""
+ARG SOURCE_URL=""
+LABEL org.opencontainers.image.title="snowsource" \
+      org.opencontainers.image.description="Stream ServiceNow tables into Apache Kafka with Kafka Connect-compatible offsets" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 
 ENTRYPOINT ["snowsource"]
 CMD ["run", "--config", "/etc/snowsource/config.yaml"]

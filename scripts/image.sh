@@ -236,6 +236,7 @@ build() {
   local args=(--build-arg "REVISION=$(git -C "$here" rev-parse HEAD 2>/dev/null || true)"
     --build-arg "SOURCE_URL=$(source_url)" -t "$IMAGE")
   [[ -n "$ca" ]] && args+=(--secret "id=pip_cert,src=$ca")
+  remember_previous
   log "building $IMAGE with $ENGINE${ca:+ (pip trusts $ca for the build only)}"
   case "$ENGINE" in
     docker) DOCKER_BUILDKIT=1 docker build "${args[@]}" "$here" ;;
@@ -250,6 +251,21 @@ build() {
       ;;
   esac
   log "built $IMAGE: $(size)"
+  drop_previous
+}
+
+PREVIOUS=""
+# Each rebuild leaves the image the tag pointed to before; removed unless something still uses
+# it, so repeated CI runs do not fill the disk (the layer cache stays).
+remember_previous() {
+  [[ "$ENGINE" == docker ]] && return
+  PREVIOUS="$(buildah images --quiet --no-trunc "$IMAGE" 2>/dev/null | head -n 1 || true)"
+}
+drop_previous() {
+  [[ -n "$PREVIOUS" ]] || return 0
+  local current
+  current="$(buildah images --quiet --no-trunc "$IMAGE" 2>/dev/null | head -n 1 || true)"
+  if [[ "$current" != "$PREVIOUS" ]]; then buildah rmi "$PREVIOUS" >/dev/null 2>&1 || true; fi
 }
 
 size() {
