@@ -288,14 +288,14 @@ smoke() {
 clean() {
   choose_engine
   if [[ "$ENGINE" == docker ]]; then
-    docker image rm "$IMAGE" 2>/dev/null || true
+    docker image rm "$IMAGE" >/dev/null 2>&1 || true
     return
   fi
-  buildah rmi "$IMAGE" 2>/dev/null || true
+  buildah rmi "$IMAGE" >/dev/null 2>&1 || true
   local base
   base="$(base_image)"
   if [[ "$(podman image inspect --format "{{index .Labels \"$RECIPE_LABEL\"}}" "$base" 2>/dev/null)" == debootstrap-* ]]; then
-    buildah rmi "$base" 2>/dev/null || true
+    buildah rmi "$base" >/dev/null 2>&1 || true
   fi
   buildah rmi --prune >/dev/null 2>&1 || true
   log "removed $IMAGE and the stand-in base; the tarball stays in $IMAGE_CACHE"
