@@ -233,8 +233,14 @@ build() {
   local ca
   choose_engine
   ca="$(pip_ca)"
-  local args=(--build-arg "REVISION=$(git -C "$here" rev-parse HEAD 2>/dev/null || true)"
-    --build-arg "SOURCE_URL=$(source_url)" -t "$IMAGE")
+  local revision source
+  revision="$(git -C "$here" rev-parse HEAD 2>/dev/null || true)"
+  source="$(source_url)"
+  # Also as --label: buildah's layer cache ignores build-arg values in LABEL, and would keep the
+  # previous commit's revision.
+  local args=(--build-arg "REVISION=$revision" --build-arg "SOURCE_URL=$source"
+    --label "org.opencontainers.image.revision=$revision"
+    --label "org.opencontainers.image.source=$source" -t "$IMAGE")
   [[ -n "$ca" ]] && args+=(--secret "id=pip_cert,src=$ca")
   remember_previous
   log "building $IMAGE with $ENGINE${ca:+ (pip trusts $ca for the build only)}"
