@@ -10,6 +10,7 @@ signal, sent to the container's first process (signalling ``buildah run`` itself
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -68,6 +69,21 @@ class Running:
                 timeout=timeout + 30,
             )
         return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """End it whatever state it is in (a failed test's clean-up); no container stays behind."""
+        if self.process.poll() is not None:
+            return
+        if self.engine.kind == "buildah":
+            # Killing `buildah run` alone could leave the command running outside any container.
+            with contextlib.suppress(AssertionError, ProcessLookupError):
+                os.kill(self.engine.first_process(self.process.pid), signal.SIGKILL)
+        else:
+            subprocess.run(
+                [self.engine.kind, "rm", "--force", self.name], capture_output=True, check=False
+            )
+        self.process.kill()
+        self.process.wait()
 
 
 @dataclass
