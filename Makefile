@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status demo emulator bench clean
+.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status demo emulator bench clean \
+	image image-smoke
 
 all: lint test
 
@@ -50,6 +51,14 @@ demo: install kafka-up
 
 bench: install kafka-up
 	$(BIN)/python -m bench.throughput
+
+# The container image (docs/operations.md#container): Docker or Podman when one works, else a
+# debootstrap stand-in base built with buildah.
+image:
+	scripts/image.sh build
+
+image-smoke: install
+	scripts/image.sh smoke
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
