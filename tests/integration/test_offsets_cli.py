@@ -313,7 +313,7 @@ async def test_refused_while_a_daemon_runs_force_overrides_free_at_once_after_st
         for args in (
             ["reset", "--yes"],
             ["delete", "incident"],
-            ["set", "incident", "--timestamp", "2026-01-01 00:00:00", "--sys-id", "x"],
+            ["set", "incident", "--timestamp", "2026-01-01 00:00:00", "--sys-id", "a" * 32],
         ):
             result = await cli(config, *args)
             assert result.code == 1
@@ -347,12 +347,12 @@ async def test_set_writes_backfill_offset_and_replaces_foreign_spelling(env: Env
     await seed(settings, [(foreign, offset(p, "2026-09-29 06:00:00", "old"))])
 
     result = await cli(
-        config, "set", "incident", "--timestamp", "2026-09-01 12:00:00", "--sys-id", "abc"
+        config, "set", "incident", "--timestamp", "2026-09-01 12:00:00", "--sys-id", "ab" * 16
     )
     assert result.code == 0, result.err
     assert f"before: {offset(p, '2026-09-29 06:00:00', 'old').decode()}" in result.out
     assert "old key spelling" in result.out
-    assert await live(env) == {key(env, p): offset(p, "2026-09-01 12:00:00", "abc", "backfill")}
+    assert await live(env) == {key(env, p): offset(p, "2026-09-01 12:00:00", "ab" * 16, "backfill")}
 
 
 async def test_delete_also_removes_foreign_spelling_and_legacy_offset(env: Env, cli: Cli) -> None:
