@@ -108,7 +108,7 @@ async def _table(request: web.Request) -> web.StreamResponse:
 
 async def _token(request: web.Request) -> web.Response:
     form = await request.post()
-    echoed = "&".join(f"{k}={v}" for k, v in form.items())
+    echoed = "&".join(f"{k}={v}" for k, v in form.items() if isinstance(v, str))
     body = {"error": "invalid_client", "error_description": f"bad request: {echoed}"}
     return web.json_response(body, status=401)
 
@@ -118,8 +118,12 @@ async def server() -> AsyncIterator[TestServer]:
     app = web.Application()
     app.router.add_get("/api/now/v2/table/{name}", _table)
     app.router.add_post("/oauth_token.do", _token)
-    async with TestServer(app, host="127.0.0.1") as test_server:
+    test_server = TestServer(app, host="127.0.0.1")
+    await test_server.start_server()
+    try:
         yield test_server
+    finally:
+        await test_server.close()
 
 
 @pytest.fixture
