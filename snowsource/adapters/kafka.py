@@ -132,8 +132,9 @@ def security_problem(
                 redact(f"Kafka at {where} does not accept SASL mechanism {mechanism}: {cause}")
             )
         if isinstance(cause, ssl.SSLCertVerificationError):
+            verify = str(cause.verify_message or cause.reason).rstrip(".")
             return KafkaSecurityError(
-                f"TLS certificate verify failed for {where}: {cause.verify_message}; set "
+                f"TLS certificate verify failed for {where}: {verify}; set "
                 f"kafka.ssl.cafile to the CA that signed the broker's certificate and use a "
                 f"bootstrap host name the certificate names"
             )
