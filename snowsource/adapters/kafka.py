@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -16,10 +17,19 @@ from typing import Any
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    IllegalSaslStateError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+    for_code,
+)
 from aiokafka.helpers import create_ssl_context
 
 from snowsource.core.errors import SnowsourceError
+from snowsource.observability.redact import redact, register_credentials
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +40,15 @@ CLOSE_TIMEOUT_SECONDS = 10.0
 
 class KafkaUnavailableError(SnowsourceError):
     """Kafka could not be reached within the start-up timeout (exit 1)."""
+
+
+class KafkaSecurityError(KafkaUnavailableError):
+    """Kafka refused who we are or we refused the broker (SASL, TLS): retrying cannot help, so
+    start-up ends at once (exit 1) with the named cause instead of "could not be reached"."""
+
+
+#: How long the direct probe that names an authentication/TLS failure may take.
+SECURITY_PROBE_SECONDS = 5.0
 
 
 class TopicConfigError(SnowsourceError):
@@ -62,10 +81,95 @@ class KafkaConnection:
                 cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
             )
         if self.security_protocol.startswith("SASL"):
+            register_credentials(self.sasl_username, self.sasl_password)
             kwargs["sasl_mechanism"] = self.sasl_mechanism or "PLAIN"
             kwargs["sasl_plain_username"] = self.sasl_username
             kwargs["sasl_plain_password"] = self.sasl_password
         return kwargs
+
+    @property
+    def uses_security(self) -> bool:
+        """Whether a connection can fail for authentication or TLS reasons."""
+        return self.security_protocol != "PLAINTEXT"
+
+
+def _bootstrap_hosts(conn: KafkaConnection) -> list[tuple[str, int]]:
+    hosts: list[tuple[str, int]] = []
+    for item in conn.bootstrap_servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if host and port.isdigit():
+            hosts.append((host.strip("[]"), int(port)))
+    return hosts
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def security_problem(
+    conn: KafkaConnection, host: str, port: int, exc: BaseException
+) -> KafkaSecurityError | None:
+    """The named authentication/TLS failure behind ``exc``, or None when it is not one."""
+    where = f"{host}:{port}"
+    mechanism = conn.sasl_mechanism or "PLAIN"
+    for cause in _chain(exc):
+        if isinstance(cause, SaslAuthenticationFailed | IllegalSaslStateError):
+            said = str(cause).strip()
+            return KafkaSecurityError(
+                redact(
+                    f"Kafka authentication failed for user {conn.sasl_username!r} with "
+                    f"{mechanism} at {where}{f' ({said})' if said else ''}; check "
+                    f"kafka.sasl.username, kafka.sasl.password and kafka.sasl.mechanism"
+                )
+            )
+        if isinstance(cause, UnsupportedSaslMechanismError):
+            return KafkaSecurityError(
+                redact(f"Kafka at {where} does not accept SASL mechanism {mechanism}: {cause}")
+            )
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            verify = str(cause.verify_message or cause.reason).rstrip(".")
+            return KafkaSecurityError(
+                f"TLS certificate verify failed for {where}: {verify}; set "
+                f"kafka.ssl.cafile to the CA that signed the broker's certificate and use a "
+                f"bootstrap host name the certificate names"
+            )
+        if isinstance(cause, ssl.SSLError):
+            return KafkaSecurityError(
+                f"TLS handshake with Kafka at {where} failed: {cause.reason or cause}; check "
+                f"kafka.security.protocol, and for a listener that requires client "
+                f"certificates (mTLS) kafka.ssl.certfile and kafka.ssl.keyfile"
+            )
+    return None
+
+
+async def diagnose_security(conn: KafkaConnection) -> KafkaSecurityError | None:
+    """Connect to each bootstrap broker directly and name an authentication/TLS refusal.
+
+    aiokafka's bootstrap only logs why a broker refused and then says it could not bootstrap;
+    one direct connection brings the cause back. None when no broker refused for such a reason
+    (unreachable, or it worked).
+    """
+    kwargs = conn.client_kwargs()
+    kwargs.pop("bootstrap_servers")
+    for host, port in _bootstrap_hosts(conn):
+        try:
+            async with asyncio.timeout(SECURITY_PROBE_SECONDS):
+                probe = await create_conn(
+                    host, port, request_timeout_ms=int(SECURITY_PROBE_SECONDS * 1000), **kwargs
+                )
+        except (KafkaError, OSError, TimeoutError) as exc:
+            problem = security_problem(conn, host, port, exc)
+            if problem is not None:
+                return problem
+            continue
+        probe.close()
+        return None
+    return None
 
 
 @contextlib.asynccontextmanager
@@ -80,7 +184,11 @@ async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClie
 
 
 async def wait_for_kafka(conn: KafkaConnection, within: float) -> None:
-    """Return once the cluster answers a metadata request; raise after ``within`` seconds."""
+    """Return once the cluster answers a metadata request; raise after ``within`` seconds.
+
+    An authentication or TLS refusal raises ``KafkaSecurityError`` at once: waiting for the
+    whole start-up timeout would only repeat it.
+    """
     deadline = time.monotonic() + within
     delay = 0.25
     last: BaseException | None = None
@@ -92,10 +200,12 @@ async def wait_for_kafka(conn: KafkaConnection, within: float) -> None:
                     return
         except (KafkaError, OSError, TimeoutError) as exc:
             last = exc
+            if conn.uses_security and (problem := await diagnose_security(conn)) is not None:
+                raise problem from None
         if time.monotonic() + delay >= deadline:
             raise KafkaUnavailableError(
                 f"Kafka at {conn.bootstrap_servers} could not be reached within {within:g}s "
-                f"(kafka.startup.timeout.seconds): {last!r}"
+                f"(kafka.startup.timeout.seconds): {redact(repr(last))}"
             )
         log.warning("kafka not reachable yet, retrying", error=repr(last), retry_in=delay)
         await asyncio.sleep(delay)

@@ -1,42 +1,61 @@
 """The ServiceNow Table API client: one HTTP session, authentication, and error classification.
 
-- ``classify`` is the one place an HTTP answer becomes an error class (SPEC §9): what the caller
-  does next (retry, wait, halve the page, fail the table) follows from the class alone.
+- ``classify`` (``snow_classify``) is the one place an HTTP answer becomes an error class (SPEC §9).
 - ``ServiceNowClient`` makes exactly one attempt per call (plus one token refresh and retry on a
   401 with OAuth2); retrying is the caller's policy (``snowsource.core.retry``). One client, and so
   one concurrency semaphore, is shared by every table of the process: the limit is per instance.
 - Secrets (passwords, client secrets, API keys, tokens) never appear in an exception message or
-  in anything the client logs; an ``Authorization`` header is only ever handed to aiohttp.
+  in anything the client logs; an ``Authorization`` header is only ever handed to aiohttp. The
+  client registers each with the redactor (tokens as soon as they are issued), and every message
+  built from a server's or a library's text passes through it.
+- Bodies are streamed with a limit (``max_response_bytes``): memory stays bounded whatever the
+  server sends, and a page over the limit is a ``ResponseTooLargeError`` (halve the page).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 from urllib.parse import quote, urlsplit
 
 import aiohttp
-import orjson
 from pydantic import SecretStr
 
 from snowsource import __version__
+from snowsource.adapters.snow_classify import (
+    Invalid,
+    classify,
+    is_json_type,
+    loads,
+    parse_retry_after,
+    rows_or_none,
+)
 from snowsource.core.errors import (
     AuthError,
     ConfigError,
-    ExecutionTimeExceededError,
-    RateLimitedError,
+    ResponseTooLargeError,
     RetriableError,
     ServiceNowError,
-    TableError,
 )
+from snowsource.observability.redact import redact, register_credentials, register_secret
+
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "ApiKeyAuth",
+    "Auth",
+    "BasicAuth",
+    "OAuth2Auth",
+    "Page",
+    "ServiceNowClient",
+    "classify",
+    "parse_retry_after",
+]
 
 USER_AGENT: Final = f"snowsource/{__version__}"
 TABLE_API_PATH: Final = "/api/now/v2/table/"
@@ -46,12 +65,11 @@ TABLE_API_PATH: Final = "/api/now/v2/table/"
 TOKEN_RENEW_MARGIN_SECONDS: Final = 60.0
 # ServiceNow's default access-token lifetime, used when the token response omits expires_in.
 DEFAULT_TOKEN_LIFETIME_SECONDS: Final = 1800.0
-
-# The instance's quota rule cancels a transaction with this text (SPEC §9, API notes §3.4).
-_EXECUTION_TIME_EXCEEDED: Final = "maximum execution time exceeded"
-# How much of an error body is searched / quoted: enough for any envelope, bounded for HTML.
-_BODY_SCAN_LIMIT: Final = 65536
-_MESSAGE_LIMIT: Final = 300
+#: ``snow.http.max.response.bytes``: a larger Table API body is refused without being read.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+# An error answer is only classified and quoted, never parsed for rows: its first MiB is plenty.
+_ERROR_BODY_LIMIT: Final = 1024 * 1024
+_READ_CHUNK: Final = 64 * 1024
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,232 +135,6 @@ class Page:
     elapsed: float
 
 
-class _Invalid:
-    """Marker for a body that is not JSON (kept distinct from a JSON ``null``)."""
-
-
-_INVALID: Final = _Invalid()
-
-
-def _loads(body: bytes) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _INVALID
-
-
-def _is_json_type(content_type: str | None) -> bool:
-    if content_type is None:
-        return True  # nothing claimed; the body decides
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media.endswith(("/json", "+json"))
-
-
-def _shorten(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
-
-
-def _envelope_text(doc: Any) -> str:
-    """``message (detail)`` of a ServiceNow error envelope, or of an OAuth error body."""
-    if not isinstance(doc, dict):
-        return ""
-    error = doc.get("error")
-    parts: list[str] = []
-    if isinstance(error, dict):
-        for key in ("message", "detail"):
-            value = error.get(key)
-            if isinstance(value, str) and value.strip():
-                parts.append(value)
-    elif isinstance(error, str) and error.strip():
-        # Token endpoint style: {"error": "server_error", "error_description": "access_denied"}
-        parts.append(error)
-        description = doc.get("error_description")
-        if isinstance(description, str) and description.strip():
-            parts.append(description)
-    if not parts:
-        return ""
-    text = parts[0] if len(parts) == 1 else f"{parts[0]} ({'; '.join(parts[1:])})"
-    return _shorten(text)
-
-
-def _body_problem(doc: Any, content_type: str | None, size: int) -> str | None:
-    """Why a 200 body is not a usable list page, or None when it is."""
-    if not _is_json_type(content_type):
-        media = (content_type or "").split(";", 1)[0].strip()
-        hint = (
-            " (an HTML page: instance hibernating or in maintenance, or a proxy/login page)"
-            if "html" in media.lower()
-            else ""
-        )
-        return f"expected JSON, got {media or 'no content type'}{hint}"
-    if isinstance(doc, _Invalid):
-        return f"body is not valid JSON ({size} bytes; truncated or corrupted)"
-    if not isinstance(doc, dict):
-        return "JSON body is not an object"
-    if "error" in doc:
-        # A transaction cancelled while streaming leaves partial "result" plus "error".
-        return f"body carries an error: {_envelope_text(doc) or 'no message'}"
-    result = doc.get("result")
-    if not isinstance(result, list):
-        return 'JSON body has no "result" list'
-    if not all(isinstance(row, dict) for row in result):
-        return 'JSON "result" holds something other than records'
-    return None
-
-
-def parse_retry_after(value: str | None, *, date: str | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP-date).
-
-    An HTTP-date is measured against ``date`` (the response's own ``Date`` header, so a skewed
-    local clock does not matter) or, without one, the local clock. Unparseable -> None.
-    """
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    when = _http_date(text)
-    if when is None:
-        return None
-    reference = _http_date(date) if date is not None else None
-    return max(0.0, when - (time.time() if reference is None else reference))
-
-
-def _http_date(text: str) -> float | None:
-    """Epoch seconds of an HTTP-date (always GMT), or None."""
-    try:
-        parsed = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def classify(
-    status: int,
-    body: bytes,
-    content_type: str | None,
-    retry_after: str | None,
-    *,
-    where: str = "",
-    date: str | None = None,
-    token_endpoint: bool = False,
-) -> ServiceNowError:
-    """The error for a response that is not a usable answer: THE status -> error mapping.
-
-    - 429 -> ``RateLimitedError`` with ``retry_after`` from the header (seconds or HTTP-date).
-    - 500 whose error text says "maximum execution time exceeded" -> ``ExecutionTimeExceededError``.
-    - 408, 425, 5xx, redirects, unexpected 2xx -> ``RetriableError``.
-    - 401 -> ``AuthError``.
-    - 400, 403, 404 and any other status >= 400 -> ``TableError`` with the envelope's message.
-    - 200 with HTML, non-JSON, truncated JSON, or JSON without a ``"result"`` list ->
-      ``RetriableError("malformed response ...")``.
-
-    ``where`` prefixes the message (e.g. ``GET https://.../incident``). ``date`` is the response's
-    ``Date`` header, the reference for an HTTP-date ``Retry-After``. With ``token_endpoint`` the
-    response came from the OAuth token endpoint, where every 4xx but 408/425/429 means the
-    credentials or client settings are wrong (``AuthError``), never a table problem.
-    """
-    prefix = f"{where}: " if where else ""
-    doc = _loads(body)
-    envelope = _envelope_text(doc)
-    said = f": {envelope}" if envelope else ""
-
-    if 200 <= status < 300:
-        problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
-        if problem is None:
-            problem = f"unexpected HTTP {status} for a read"
-        if _EXECUTION_TIME_EXCEEDED in envelope.lower():
-            return ExecutionTimeExceededError(
-                f"{prefix}transaction cancelled by the instance's quota{said}", status=status
-            )
-        return RetriableError(
-            f"{prefix}malformed response (HTTP {status}): {problem}", status=status
-        )
-
-    if 300 <= status < 400:
-        return RetriableError(
-            f"{prefix}unexpected redirect (HTTP {status}); if it persists, check snow.url "
-            f"(scheme, host, path)",
-            status=status,
-        )
-
-    if status == 429:
-        seconds = parse_retry_after(retry_after, date=date)
-        wait = f"; Retry-After {seconds:g} s" if seconds is not None else "; no Retry-After"
-        return RateLimitedError(
-            f"{prefix}rate limited (HTTP 429){said}{wait}", retry_after=seconds, status=status
-        )
-
-    if status == 500:
-        text = envelope
-        if not text and isinstance(doc, _Invalid):
-            # Some front ends render the quota cancellation as a page rather than an envelope.
-            text = body[:_BODY_SCAN_LIMIT].decode("utf-8", "replace")
-        if _EXECUTION_TIME_EXCEEDED in text.lower():
-            return ExecutionTimeExceededError(
-                f"{prefix}HTTP 500: transaction cancelled by the instance's quota "
-                f"(maximum execution time exceeded); the page is too expensive{said}",
-                status=status,
-            )
-
-    if status in (408, 425) or status >= 500:
-        kind = "" if envelope or _is_json_type(content_type) else " (non-JSON body)"
-        return RetriableError(f"{prefix}HTTP {status}{said}{kind}", status=status)
-
-    if token_endpoint:
-        return AuthError(
-            f"{prefix}the OAuth token endpoint refused the request (HTTP {status}){said}; "
-            f"check snow.auth.oauth.client.id and snow.auth.oauth.client.secret (and the "
-            f"username/password for the password grant), that the OAuth application is active, "
-            f"and for client_credentials that the instance enables that grant "
-            f"(glide.oauth.inbound.client.credential.grant_type.enabled) and the application has "
-            f"an OAuth Application User",
-            status=status,
-        )
-
-    if status == 401:
-        return AuthError(
-            f"{prefix}HTTP 401{said}: the instance refused the credentials; check snow.auth.*",
-            status=status,
-        )
-    if status == 403:
-        return TableError(
-            f"{prefix}HTTP 403{said}: the integration user may not read this; grant it read "
-            f"access (table ACL / role), and the query_no_domain_table_api role when the "
-            f"table sets query.domain: false",
-            status=status,
-        )
-    if status == 400:
-        return TableError(
-            f"{prefix}HTTP 400{said}: bad request (unknown table or invalid parameter); check the "
-            f"table name and its settings",
-            status=status,
-        )
-    if status == 404:
-        return TableError(
-            f"{prefix}HTTP 404{said}: not found (missing, or hidden by an ACL)", status=status
-        )
-    return TableError(f"{prefix}HTTP {status}{said}", status=status)
-
-
-def _rows_or_none(body: bytes, content_type: str | None) -> list[dict[str, Any]] | None:
-    """The page's rows, or None when the body is unusable (then ``classify`` says why)."""
-    if not _is_json_type(content_type):
-        return None
-    doc = _loads(body)
-    if _body_problem(doc, content_type, len(body)) is not None:
-        return None
-    rows: list[dict[str, Any]] = doc["result"]
-    return rows
-
-
 # --------------------------------------------------------------------------------------------
 # The client
 # --------------------------------------------------------------------------------------------
@@ -385,11 +177,14 @@ class ServiceNowClient:
         max_concurrent_requests: int = 8,
         proxy: str | None = None,
         ca_file: str | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         on_date: Callable[[str], None] | None = None,
         on_response: Callable[[str, int, float], None] | None = None,
     ) -> None:
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be >= 1")
         # Messages name URLs, so no URL may carry credentials (they belong in ``auth``).
         for what, url in (("base_url", base_url), ("token_url", getattr(auth, "token_url", None))):
             if url is not None and "@" in urlsplit(url).netloc:
@@ -401,6 +196,7 @@ class ServiceNowClient:
         self._max_concurrent = max_concurrent_requests
         self._proxy = proxy
         self._ca_file = ca_file
+        self._max_response_bytes = max_response_bytes
         self._on_date = on_date
         self._on_response = on_response
         self._semaphore = asyncio.Semaphore(max_concurrent_requests)
@@ -413,6 +209,7 @@ class ServiceNowClient:
             if isinstance(auth, OAuth2Auth)
             else None
         )
+        _register_auth_secrets(auth, proxy)
 
     @property
     def base_url(self) -> str:
@@ -473,7 +270,7 @@ class ServiceNowClient:
         url = f"{self._base_url}{TABLE_API_PATH}{quote(table, safe='')}"
         response = await self._request(label or table, url, params)
         rows = (
-            _rows_or_none(response.body, response.content_type) if response.status == 200 else None
+            rows_or_none(response.body, response.content_type) if response.status == 200 else None
         )
         if rows is None:
             raise self._classify(response, url)
@@ -500,9 +297,9 @@ class ServiceNowClient:
             path = "/" + path
         url = f"{self._base_url}{path}"
         response = await self._request(path, url, params)
-        if response.status == 200 and _is_json_type(response.content_type):
-            doc = _loads(response.body)
-            if not isinstance(doc, _Invalid):
+        if response.status == 200 and is_json_type(response.content_type):
+            doc = loads(response.body)
+            if not isinstance(doc, Invalid):
                 return doc
         raise self._classify(response, url)
 
@@ -549,7 +346,7 @@ class ServiceNowClient:
             async with session.get(
                 url, params=query, headers=headers, proxy=self._proxy, allow_redirects=False
             ) as resp:
-                body = await resp.read()
+                body = await self._read_body(resp, f"GET {url}", label, started)
                 result = _Response(
                     status=resp.status,
                     body=body,
@@ -575,30 +372,47 @@ class ServiceNowClient:
             what = f"no complete answer within {elapsed:.1f} s (timeout)"
         else:
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+            what += (
+                "; the instance's TLS certificate was refused: give its CA bundle in "
+                "snow.http.ca.file, and use the host name the certificate names in snow.url"
+            )
         # The cause is not chained: aiohttp exceptions may carry request headers.
-        return RetriableError(self._scrub(f"{where}: {what}"))
+        return RetriableError(redact(f"{where}: {what}"))
 
-    def _secrets(self) -> list[str]:
-        auth = self._auth
-        values: list[SecretStr | str | None] = []
-        if isinstance(auth, BasicAuth):
-            values.append(auth.password)
-        elif isinstance(auth, ApiKeyAuth):
-            values.append(auth.api_key)
-        elif isinstance(auth, OAuth2Auth):
-            values += [auth.client_secret, auth.password]
-            if self._token is not None:
-                values += [self._token.access, self._token.refresh]
-        if self._proxy is not None:
-            values.append(urlsplit(self._proxy).password)
-        plain = [v.get_secret_value() if isinstance(v, SecretStr) else v for v in values]
-        return [v for v in plain if v]
+    async def _read_body(
+        self, resp: aiohttp.ClientResponse, where: str, label: str | None, started: float
+    ) -> bytes:
+        """The body, streamed; never more than the limit in memory (SPEC §13.2).
 
-    def _scrub(self, text: str) -> str:
-        """Belt and braces: mask any secret that a foreign error message might echo."""
-        for secret in self._secrets():
-            text = text.replace(secret, "***")
-        return text
+        A 200 over ``max_response_bytes`` raises ``ResponseTooLargeError`` (the poller halves
+        the page); an error answer is cut at its first MiB, which is all ``classify`` reads.
+        """
+        limit = self._max_response_bytes
+        if resp.status != 200:
+            limit = min(limit, _ERROR_BODY_LIMIT)
+        declared = resp.content_length
+        chunks: list[bytes] = []
+        size = 0
+        if declared is None or declared <= limit or resp.status != 200:
+            async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    break
+                chunks.append(chunk)
+            else:
+                return b"".join(chunks)
+        if resp.status != 200:
+            return b"".join(chunks)
+        if label is not None and self._on_response is not None:
+            self._on_response(label, resp.status, time.monotonic() - started)
+        seen = f"{declared} bytes announced" if declared is not None else f"over {size} bytes"
+        raise ResponseTooLargeError(
+            f"{where}: response body larger than snow.http.max.response.bytes ({limit} bytes; "
+            f"{seen}); lower batch.size for this table (meanwhile the page size is halved), "
+            f"or raise snow.http.max.response.bytes",
+            status=resp.status,
+        )
 
     # ---- authentication -----------------------------------------------------------------
 
@@ -673,13 +487,13 @@ class ServiceNowClient:
                 url, data=form, proxy=self._proxy, allow_redirects=False
             ) as resp:
                 status = resp.status
-                body = await resp.read()
+                body = await self._read_body(resp, where, None, started)
                 content_type = resp.headers.get("Content-Type")
                 retry_after = resp.headers.get("Retry-After")
                 date = resp.headers.get("Date")
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._transport_error(where, exc, time.monotonic() - started) from None
-        doc = _loads(body) if _is_json_type(content_type) else _INVALID
+        doc = loads(body) if is_json_type(content_type) else Invalid("not a JSON content type")
         if status != 200 or not isinstance(doc, dict):
             raise classify(
                 status,
@@ -698,6 +512,9 @@ class ServiceNowClient:
                 status=status,
             )
         refresh = doc.get("refresh_token")
+        register_secret(access, transient=True)
+        if isinstance(refresh, str):
+            register_secret(refresh, transient=True)
         lifetime = _lifetime(doc.get("expires_in"))
         margin = min(TOKEN_RENEW_MARGIN_SECONDS, lifetime / 2)
         return _Token(
@@ -716,3 +533,18 @@ def _lifetime(value: Any) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         return DEFAULT_TOKEN_LIFETIME_SECONDS
     return seconds
+
+
+def _register_auth_secrets(auth: Auth, proxy: str | None) -> None:
+    """Tell the redactor every secret this client will ever send."""
+    if isinstance(auth, BasicAuth):
+        register_credentials(auth.username, auth.password.get_secret_value())
+    elif isinstance(auth, ApiKeyAuth):
+        register_secret(auth.api_key.get_secret_value())
+    elif isinstance(auth, OAuth2Auth):
+        register_secret(auth.client_secret.get_secret_value())
+        if auth.password is not None:
+            register_credentials(auth.username, auth.password.get_secret_value())
+    if proxy is not None:
+        parts = urlsplit(proxy)
+        register_credentials(parts.username, parts.password)

@@ -22,7 +22,12 @@ restarts a connector in its target state). None of these states survives a proce
 
 With ``rest.auth.token`` set, every request but ``GET /health/live`` needs
 ``Authorization: Bearer <token>`` (401 otherwise). Liveness stays open so an orchestrator's probe
-needs no secret; it reveals nothing but "the process answers". The token is never logged.
+needs no secret; it reveals nothing but "the process answers". The token is never logged. A
+header that is not valid UTF-8/Latin-1 is simply a wrong token (401).
+
+A client gets ``READ_TIMEOUT_SECONDS`` to send its request headers and again for its body; a
+slower connection is closed (408 for a body), so slow clients cannot hold the API's sockets. Every
+text the API returns (``last_error``, ``trace``, error messages) passes through the redactor.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from snowsource.core.table import TableSpec
 from snowsource.engine.poller import TableState, TableStatus
 from snowsource.engine.supervisor import ConnectorState, Daemon, kafka_connection, table_spec
 from snowsource.observability import metrics
+from snowsource.observability.redact import redact, redact_value, register_secret
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.resource import AsyncResource
 
@@ -74,6 +80,7 @@ __all__ = [
     "MUST_BE_STOPPED_MESSAGE",
     "NEED_OFFSETS_MESSAGE",
     "PROMETHEUS_CONTENT_TYPE",
+    "READ_TIMEOUT_SECONDS",
     "RESET_MESSAGE",
     "RestServer",
 ]
@@ -100,6 +107,9 @@ PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 # Kafka's AppInfoParser reports this when the build carries no commit id.
 _UNKNOWN_COMMIT: Final = "unknown"
 _OPEN_PATHS: Final = frozenset({"/health/live"})
+#: Seconds a client has for its request headers, and again for its body.
+READ_TIMEOUT_SECONDS: float = 30.0
+_LINGER_SECONDS: Final = 2.0
 _WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - recognised, not bound
 
 
@@ -118,6 +128,14 @@ def _json(body: object, status: int = 200) -> web.Response:
 
 def _error(code: int, message: str, **extra: object) -> web.Response:
     return _json({"error_code": code, "message": message, **extra}, code)
+
+
+def _bearer_matches(header: str, token: bytes) -> bool:
+    """Constant-time check of ``Bearer <token>``. aiohttp hands over bytes that are not UTF-8 as
+    surrogate escapes; they are compared as the raw bytes they were, and so never match."""
+    scheme, _, given = header.partition(" ")
+    raw = given.strip().encode("utf-8", "surrogateescape")
+    return scheme.lower() == "bearer" and hmac.compare_digest(raw, token)
 
 
 def _flag(request: web.Request, name: str) -> bool:
@@ -158,6 +176,8 @@ class RestServer(AsyncResource):
         self._name = settings.name
         token = settings.rest.auth_token
         self._token = token.get_secret_value().encode() if token is not None else None
+        if token is not None:
+            register_secret(token.get_secret_value())
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
         self._all_specs: list[TableSpec] = [
@@ -186,6 +206,12 @@ class RestServer(AsyncResource):
             handle_signals=False,
             access_log=None,
             shutdown_timeout=self._settings.shutdown_timeout_seconds,
+            # aiohttp arms this timer when a connection opens and only disarms it once the
+            # request headers are complete: it bounds header read time (and idle keep-alive).
+            keepalive_timeout=READ_TIMEOUT_SECONDS,
+            # After an early answer (401, 408) aiohttp drains the unread body so the client sees
+            # the answer rather than a reset; 2 s is enough for that and holds no slow socket.
+            lingering_time=_LINGER_SECONDS,
         )
         await runner.setup()
         self._runner = runner
@@ -265,7 +291,10 @@ class RestServer(AsyncResource):
             try:
                 response = await handler(request)
             except _RestError as exc:
-                response = _error(exc.status, exc.message)
+                response = _error(exc.status, redact(exc.message))
+                if exc.status == 408:
+                    # What is left of a slow body would be read as the next request.
+                    response.force_close()
             except web.HTTPException as exc:
                 if exc.status < 400:
                     raise
@@ -275,7 +304,7 @@ class RestServer(AsyncResource):
                     response.headers["Allow"] = exc.headers["Allow"]
             except Exception as exc:
                 log.exception("REST request failed", method=request.method, path=request.path)
-                response = _error(500, f"{type(exc).__name__}: {exc}")
+                response = _error(500, redact(f"{type(exc).__name__}: {exc}"))
             # Operator actions are worth a line; reads are not.
             emit = log.debug if request.method in ("GET", "HEAD") else log.info
             emit(
@@ -296,8 +325,7 @@ class RestServer(AsyncResource):
         async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             if token is None or request.path in _OPEN_PATHS:
                 return await handler(request)
-            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+            if not _bearer_matches(request.headers.get("Authorization", ""), token):
                 response = _error(
                     401, "Unauthorized: this API needs 'Authorization: Bearer <rest.auth.token>'"
                 )
@@ -382,7 +410,7 @@ class RestServer(AsyncResource):
         worker = self.worker_id
         tables = self._tables(state)
         trace = "\n".join(
-            f"{alias}: {table['last_error']}"
+            f"{alias}: {redact(str(table['last_error']))}"
             for alias, table in tables.items()
             if table["state"] == TableState.FAILED
         )
@@ -404,7 +432,7 @@ class RestServer(AsyncResource):
             "connector": connector,
             "tasks": tasks,
             "type": "source",
-            "tables": tables,
+            "tables": redact_value(tables),
         }
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:
@@ -614,7 +642,13 @@ class RestServer(AsyncResource):
 
     @staticmethod
     async def _json_body(request: web.Request) -> object:
-        raw = await request.read()
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_SECONDS):
+                raw = await request.read()
+        except TimeoutError:
+            raise _RestError(
+                408, f"the request body did not arrive within {READ_TIMEOUT_SECONDS:g} s"
+            ) from None
         if not raw.strip():
             return None
         try:

@@ -31,6 +31,7 @@ from snowsource.adapters.kafka import (
     KafkaConnection,
     broker_defaults,
     describe_topic_configs,
+    diagnose_security,
     existing_topics,
 )
 from snowsource.adapters.servicenow import Page, ServiceNowClient
@@ -52,6 +53,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.query import normalise_query
 from snowsource.engine.supervisor import kafka_connection, snow_auth
+from snowsource.observability.redact import redact
 
 __all__ = [
     "KAFKA_PROBE_MAX_SECONDS",
@@ -238,7 +240,14 @@ def _describe(exc: BaseException | None) -> str:
 
 
 class _KafkaUnreachableError(Exception):
-    """The admin client could not talk to the cluster within the probe timeout."""
+    """The admin client could not talk to the cluster within the probe timeout.
+
+    ``refused`` when a broker answered but refused us (authentication, TLS): retrying is futile.
+    """
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 async def _connect_admin(
@@ -263,6 +272,9 @@ async def _connect_admin(
         except (KafkaError, OSError, TimeoutError) as exc:
             last = exc
             await admin.close()
+            # aiokafka only says it could not bootstrap; a direct connection names a refusal.
+            if conn.uses_security and (problem := await diagnose_security(conn)) is not None:
+                raise _KafkaUnreachableError(str(problem), refused=True) from None
         if time.monotonic() + 0.5 >= deadline:
             raise _KafkaUnreachableError(
                 f"no answer from {conn.bootstrap_servers} within {within:g} s ({_describe(last)})"
@@ -279,18 +291,18 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
     try:
         admin, cluster = await _connect_admin(conn, timeout)
     except _KafkaUnreachableError as exc:
+        notes = (
+            ("the broker answered and refused this client; `snowsource run` exits 1 on it",)
+            if exc.refused
+            else (
+                "check kafka.bootstrap.servers, kafka.security.protocol and the SASL/SSL "
+                "settings, and that this machine can reach the brokers' advertised listeners",
+                f"(check waits min(kafka.startup.timeout.seconds, "
+                f"{KAFKA_PROBE_MAX_SECONDS:g}) = {timeout:g} s)",
+            )
+        )
         return [
-            CheckResult(
-                reachable,
-                Status.FAIL,
-                str(exc),
-                (
-                    "check kafka.bootstrap.servers, kafka.security.protocol and the SASL/SSL "
-                    "settings, and that this machine can reach the brokers' advertised listeners",
-                    f"(check waits min(kafka.startup.timeout.seconds, "
-                    f"{KAFKA_PROBE_MAX_SECONDS:g}) = {timeout:g} s)",
-                ),
-            ),
+            CheckResult(reachable, Status.FAIL, str(exc), notes),
             CheckResult(offsets, Status.SKIP, "Kafka is not reachable"),
         ]
     try:
@@ -693,7 +705,8 @@ def main(config_path: str | None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL + 1)
 
     def emit(result: CheckResult) -> None:
-        print(format_result(result, color=color), flush=True)
+        # Details quote servers and libraries: the redactor sees every line printed.
+        print(redact(format_result(result, color=color)), flush=True)
 
     results = asyncio.run(run_checks(loaded, emit))
     counts = {status: sum(r.status is status for r in results) for status in Status}

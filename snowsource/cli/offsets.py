@@ -426,7 +426,9 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
 async def _cmd_rewind(ctx: _Context, args: argparse.Namespace) -> int:
     spec = ctx.table(args.alias)
     offset = _timestamp_arg(
-        "--to", args.to, lambda: rewind_offset(spec.partition, args.to, alias=spec.alias)
+        "--to",
+        args.to,
+        lambda: rewind_offset(spec.partition, args.to, id_field=spec.id_field, alias=spec.alias),
     )
     return await _write_offset(ctx, args, spec, offset)
 
@@ -436,7 +438,9 @@ async def _cmd_set(ctx: _Context, args: argparse.Namespace) -> int:
     offset = _timestamp_arg(
         "--timestamp",
         args.timestamp,
-        lambda: set_offset(spec.partition, args.timestamp, args.sys_id, alias=spec.alias),
+        lambda: set_offset(
+            spec.partition, args.timestamp, args.sys_id, id_field=spec.id_field, alias=spec.alias
+        ),
     )
     return await _write_offset(ctx, args, spec, offset)
 

@@ -7,6 +7,7 @@
     │   ├── RetriableError       full-jitter backoff, retry (5xx, 408, timeouts, bad bodies)
     │   │   ├── RateLimitedError 429: wait ``retry_after`` when given, else back off
     │   │   └── ExecutionTimeExceededError  500 "maximum execution time": halve the page
+    │   │       └── ResponseTooLargeError   body over snow.http.max.response.bytes: same
     │   ├── AuthError            401 after one token refresh: FAIL the table (credentials are wrong)
     │   └── TableError           403 / 400 / 404 or an impossible answer: FAIL that table
     ├── TableFailedError         a table must stop with a diagnostic (rows out of order, bad row)
@@ -59,6 +60,11 @@ class RateLimitedError(RetriableError):
 
 class ExecutionTimeExceededError(RetriableError):
     """500 "maximum execution time exceeded": the page was too expensive, ask for fewer rows."""
+
+
+class ResponseTooLargeError(ExecutionTimeExceededError):
+    """The page's body passed ``snow.http.max.response.bytes``: ask for fewer rows, exactly as
+    for a cancelled transaction (the message says to lower ``batch.size``)."""
 
 
 class AuthError(ServiceNowError):

@@ -38,11 +38,13 @@ __all__ = [
     "PHASES",
     "SourceOffset",
     "SourcePartition",
+    "cursor_id_problem",
     "decode_value",
     "encode_connect_json",
     "encode_key",
     "encode_value",
     "instance_from_url",
+    "is_sys_id_field",
     "jackson_string",
     "java_hashmap_order",
     "java_string_hash",
@@ -447,7 +449,54 @@ def _timestamp_problem(value: str) -> str | None:
     return None
 
 
-def _offset_problems(value: object, partition: SourcePartition) -> list[str]:
+CURSOR_ID_MAX_LENGTH: Final = 255
+_SYS_ID: Final = re.compile(r"[0-9a-f]{32}")
+# C0 and C1 controls: invisible in every listing, and no real id field holds them.
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+_QUOTED_ID_LIMIT: Final = 40
+
+
+def is_sys_id_field(id_field: str) -> bool:
+    """Whether ``id.field`` holds sys_ids: ``sys_id``, or a database view's ``<prefix>_sys_id``."""
+    return id_field == "sys_id" or id_field.endswith("_sys_id")
+
+
+def _quoted_id(value: str) -> str:
+    if len(value) <= _QUOTED_ID_LIMIT:
+        return repr(value)
+    return f"{value[:_QUOTED_ID_LIMIT]!r}... ({len(value)} characters)"
+
+
+def cursor_id_problem(value: str, id_field: str | None) -> str | None:
+    """Why ``value`` cannot be a cursor id for ``id_field``, or None (SPEC §13.1).
+
+    Empty means "before the first row of that second". ``^`` can never be written into an
+    encoded query. For a sys_id field only a sys_id (32 lowercase hex characters) can exist, so
+    anything else is a typo that would silently skip the rest of its second. Any other field
+    takes at most 255 characters without control characters. ``id_field`` None (a partition no
+    configured table uses) applies the rules every id field shares.
+    """
+    if value == "":
+        return None
+    shown = _quoted_id(value)
+    if "^" in value:
+        return f"sys_id {shown} contains '^', which cannot be written into a ServiceNow query"
+    if id_field is not None and is_sys_id_field(id_field):
+        if _SYS_ID.fullmatch(value) is None:
+            return (
+                f"sys_id {shown} is not a sys_id (32 lowercase hex characters) although "
+                f"id.field is {id_field!r}; use the exact sys_id of a row, or an empty sys_id "
+                f"for the start of that second"
+            )
+        return None
+    if len(value) > CURSOR_ID_MAX_LENGTH:
+        return f"sys_id {shown} is longer than {CURSOR_ID_MAX_LENGTH} characters"
+    if _CONTROL.search(value):
+        return f"sys_id {shown} contains control characters"
+    return None
+
+
+def _offset_problems(value: object, partition: SourcePartition, id_field: str | None) -> list[str]:
     if not isinstance(value, Mapping):
         kind = "null" if value is None else type(value).__name__
         return [f"the offset is not a JSON object (got {kind})"]
@@ -472,6 +521,9 @@ def _offset_problems(value: object, partition: SourcePartition) -> list[str]:
     timestamp = value.get("timestamp")
     if isinstance(timestamp, str) and (problem := _timestamp_problem(timestamp)):
         problems.append(problem)
+    sys_id = value.get("sys_id")
+    if isinstance(sys_id, str) and (problem := cursor_id_problem(sys_id, id_field)):
+        problems.append(problem)
     phase = value.get("phase")
     if isinstance(phase, str) and phase not in PHASES:
         problems.append(f"unknown phase {phase!r} (expected 'backfill' or 'stream')")
@@ -485,17 +537,23 @@ def _offset_problems(value: object, partition: SourcePartition) -> list[str]:
 
 
 def validate_offset(
-    value: object, partition: SourcePartition, *, describe: str, alias: str | None = None
+    value: object,
+    partition: SourcePartition,
+    *,
+    id_field: str | None,
+    describe: str,
+    alias: str | None = None,
 ) -> SourceOffset:
-    """The ``SourceOffset`` in a parsed offset value, or ``OffsetError`` (SPEC §4, §12).
+    """The ``SourceOffset`` in a parsed offset value, or ``OffsetError`` (SPEC §4, §12, §13.1).
 
+    THE offset validator: the daemon's load, REST PATCH and ``offsets set/import`` all call it.
     Exactly the five keys, all strings; ``version`` "1"; ``timestamp`` exactly
-    ``YYYY-MM-DD HH:MM:SS`` and a real date; ``phase`` in ``PHASES``; ``fingerprint`` equal to
-    the partition's. The error names ``describe`` (which partition), every reason found and how
-    to reset the offset (with ``alias`` in the commands when given). Never guesses, never
-    repairs.
+    ``YYYY-MM-DD HH:MM:SS`` and a real date; ``sys_id`` a valid cursor id for ``id_field``
+    (``cursor_id_problem``); ``phase`` in ``PHASES``; ``fingerprint`` equal to the partition's.
+    The error names ``describe`` (which partition), every reason found and how to reset the
+    offset (with ``alias`` in the commands when given). Never guesses, never repairs.
     """
-    problems = _offset_problems(value, partition)
+    problems = _offset_problems(value, partition, id_field)
     if problems:
         name = alias or "<alias>"
         raise OffsetError(

@@ -73,6 +73,10 @@ class ConfiguredTable(Protocol):
     def legacy_partition(self) -> SourcePartition:
         """The partition the Java connector computes for it (migration fallback)."""
 
+    @property
+    def id_field(self) -> str:
+        """The field that breaks timestamp ties (its values are the cursor's ``sys_id``)."""
+
 
 class Match(StrEnum):
     """How a stored partition relates to the configuration."""
@@ -174,7 +178,12 @@ def _classify(
     for table in tables:
         if table.partition == partition:
             try:
-                validate_offset(offset, partition, describe=f"table alias {table.alias!r}")
+                validate_offset(
+                    offset,
+                    partition,
+                    id_field=table.id_field,
+                    describe=f"table alias {table.alias!r}",
+                )
             except OffsetError as exc:
                 return table.alias, Match.INVALID, _reasons(exc)
             return table.alias, Match.OK, ""
@@ -299,7 +308,8 @@ def validate_change(
             f"partition {_describe(partition)} is not a snowsource partition: it needs exactly "
             f"the string keys instance, timestamp_field, query_fingerprint and table"
         )
-    alias = next((t.alias for t in tables if t.partition == source), None)
+    table = next((t for t in tables if t.partition == source), None)
+    alias = table.alias if table is not None else None
     if offset is None:
         return OffsetChange(partition=source, offset=None, alias=alias)
     if alias is None and not allow_unconfigured:
@@ -313,7 +323,13 @@ def validate_change(
         f"table alias {alias!r}" if alias else f"unconfigured partition {_describe(partition)}"
     )
     try:
-        parsed = validate_offset(offset, source, describe=describe, alias=alias)
+        parsed = validate_offset(
+            offset,
+            source,
+            id_field=table.id_field if table is not None else None,
+            describe=describe,
+            alias=alias,
+        )
     except OffsetError as exc:
         raise OffsetError(_reasons(exc)) from None
     return OffsetChange(partition=source, offset=parsed, alias=alias)
@@ -398,31 +414,42 @@ def validate_changes(
 # rewind / set
 
 
-def _checked(partition: SourcePartition, value: dict[str, str], alias: str | None) -> SourceOffset:
+def _checked(
+    partition: SourcePartition, value: dict[str, str], alias: str | None, id_field: str | None
+) -> SourceOffset:
     try:
-        return validate_offset(value, partition, describe=f"table alias {alias!r}", alias=alias)
+        return validate_offset(
+            value, partition, id_field=id_field, describe=f"table alias {alias!r}", alias=alias
+        )
     except OffsetError as exc:
         raise OffsetError(_reasons(exc)) from None
 
 
-def rewind_offset(partition: SourcePartition, to: str, *, alias: str | None = None) -> SourceOffset:
+def rewind_offset(
+    partition: SourcePartition, to: str, *, id_field: str | None, alias: str | None = None
+) -> SourceOffset:
     """The offset that makes a table re-read from ``to``: before the first row of that second,
     phase ``backfill``. ``OffsetError`` for a malformed timestamp."""
     value = SourceOffset(
         timestamp=to, sys_id="", phase="backfill", fingerprint=partition.query_fingerprint
     )
-    return _checked(partition, value.as_dict(), alias)
+    return _checked(partition, value.as_dict(), alias, id_field)
 
 
 def set_offset(
-    partition: SourcePartition, timestamp: str, sys_id: str, *, alias: str | None = None
+    partition: SourcePartition,
+    timestamp: str,
+    sys_id: str,
+    *,
+    id_field: str | None,
+    alias: str | None = None,
 ) -> SourceOffset:
     """The offset of an explicit cursor ``(timestamp, sys_id)``, phase ``backfill`` (the table
-    continues after that row). ``OffsetError`` for a malformed timestamp."""
+    continues after that row). ``OffsetError`` for a malformed timestamp or sys_id."""
     value = SourceOffset(
         timestamp=timestamp,
         sys_id=sys_id,
         phase="backfill",
         fingerprint=partition.query_fingerprint,
     )
-    return _checked(partition, value.as_dict(), alias)
+    return _checked(partition, value.as_dict(), alias, id_field)

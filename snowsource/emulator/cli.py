@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import structlog
 
 from snowsource.emulator.emulator import Emulator
-from snowsource.emulator.server import serve
+from snowsource.emulator.server import serve, tls_context
 from snowsource.observability.logs import configure_logging
 
 EXIT_OK = 0
@@ -51,12 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--user-tz", default="America/Los_Angeles", help="time zone of the user (display values)"
     )
+    parser.add_argument("--tls-cert", help="PEM certificate (chain): serve HTTPS")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     return parser
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``snowsource emulator`` arguments (argparse exits on errors)."""
-    return _parser().parse_args(list(argv))
+    parser = _parser()
+    args = parser.parse_args(list(argv))
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    return args
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -88,7 +94,8 @@ async def _run(args: argparse.Namespace, emu: Emulator) -> int:
         loop.add_signal_handler(signum, stop.set)
     log = structlog.get_logger("snowsource.emulator")
     try:
-        async with serve(emu, host=args.host, port=args.port) as url:
+        context = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+        async with serve(emu, host=args.host, port=args.port, ssl_context=context) as url:
             log.info(
                 "emulator listening",
                 url=url,
@@ -122,7 +129,7 @@ def main(argv: Sequence[str]) -> int:
         configure_logging("auto", "INFO")
         try:
             return asyncio.run(_run(args, emu))
-        except OSError as exc:  # e.g. the port is taken
+        except OSError as exc:  # e.g. the port is taken, an unreadable certificate
             problem = str(exc)
         except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
             return EXIT_OK

@@ -55,6 +55,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.offsets_codec import (
     SourceOffset,
+    cursor_id_problem,
     decode_value,
     encode_value,
     validate_offset,
@@ -307,7 +308,9 @@ class Poller:
                 f"(the table replays from its start.timestamp) or `snowsource offsets set "
                 f"{spec.alias} --timestamp 'YYYY-MM-DD HH:MM:SS' --sys-id SYS_ID`"
             ) from exc
-        return validate_offset(value, spec.partition, describe=spec.describe, alias=spec.alias)
+        return validate_offset(
+            value, spec.partition, id_field=spec.id_field, describe=spec.describe, alias=spec.alias
+        )
 
     async def _adopt_legacy(self) -> bytes | None:
         spec = self.spec
@@ -316,7 +319,10 @@ class Poller:
             return None
         try:
             legacy = validate_offset(
-                decode_value(legacy_raw), spec.legacy_partition, describe=spec.describe
+                decode_value(legacy_raw),
+                spec.legacy_partition,
+                id_field=spec.id_field,
+                describe=spec.describe,
             )
         except OffsetError as exc:
             self._log.warning("legacy offset found but not usable; ignoring it", reason=str(exc))
@@ -519,6 +525,9 @@ class Poller:
                     f"{spec.timestamp_field!r} = {row.get(spec.timestamp_field)!r}, not a "
                     f"YYYY-MM-DD HH:MM:SS timestamp"
                 )
+            if problem := cursor_id_problem(ident, spec.id_field):
+                # Emitting it would commit an offset that no restart could load (SPEC §13.1).
+                raise TableFailedError(f"{spec.describe}: a row's {spec.id_field}: {problem}")
             pos = Position(stamp, ident)
             if (previous is not None and pos <= previous) or not in_window(pos, after, hi):
                 raise TableFailedError(

@@ -18,6 +18,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -158,3 +159,33 @@ async def test_oauth_client_secret_and_tokens_never_printed(env: Env) -> None:
     assert any(value.startswith("Bearer ") for value in seen)
     for value in seen:
         assert value not in output
+
+
+async def test_oauth_password_grant_refused_never_prints_the_form(env: Env) -> None:
+    """A refused password grant: neither the password nor the client secret, plain or as the
+    URL-encoded form body they travelled in, appears in the output."""
+    secret = f"Cs/{uuid.uuid4().hex[:8]}+="
+    password = f"Pw&{uuid.uuid4().hex[:8]}=/"
+    env.emu.add_oauth_client("snowsource-pw", secret)
+    env.emu.add_user("svc.oauth", "the-right-password", roles=("admin",), admin=True)
+    env.emu.seed(tables=("incident", "change_request"), rows=5)
+    auth = {
+        "type": "oauth2",
+        "oauth.grant.type": "password",
+        "oauth.client.id": "snowsource-pw",
+        "oauth.client.secret": secret,
+        "username": "svc.oauth",
+        "password": password,
+    }
+
+    def both_failed(seen: Seen) -> bool:
+        return {("table FAILED", "incident"), ("table FAILED", "change_request")} <= seen
+
+    code, output = await _run_until(env, _document(env, auth), both_failed)
+
+    assert code == 0
+    assert "OAuth token endpoint refused" in output
+    for value in (secret, password):
+        assert value not in output
+        assert quote(value, safe="") not in output
+        assert quote_plus(value) not in output

@@ -84,7 +84,10 @@ def partition(env: Env, table: str, query: str | None = None) -> SourcePartition
 
 
 def offset(
-    p: SourcePartition, ts: str = "2026-09-29 06:00:00", sys_id: str = "a1", phase: str = "stream"
+    p: SourcePartition,
+    ts: str = "2026-09-29 06:00:00",
+    sys_id: str = "a1" * 16,
+    phase: str = "stream",
 ) -> bytes:
     value = encode_value(SourceOffset(ts, sys_id, phase, p.query_fingerprint))
     assert value is not None
@@ -140,7 +143,7 @@ async def test_list_shows_ok_stale_and_orphaned_partitions(env: Env, cli: Cli) -
     await seed(
         settings,
         [
-            (key(env, ok), offset(ok, "2026-09-29 06:30:00", "s1")),
+            (key(env, ok), offset(ok, "2026-09-29 06:30:00", "51" * 16)),
             (key(env, stale), offset(stale, "2026-09-01 00:00:00", "s2", "backfill")),
             (key(env, removed), offset(removed, "2026-08-01 00:00:00", "s3")),
             (other_connector, offset(ok)),
@@ -150,7 +153,7 @@ async def test_list_shows_ok_stale_and_orphaned_partitions(env: Env, cli: Cli) -
     result = await cli(config, "list")
     assert result.code == 0, result.err
     assert table_rows(result.out) == [
-        ["incident", "incident", "ok", "2026-09-29 06:30:00", "s1", "stream"],
+        ["incident", "incident", "ok", "2026-09-29 06:30:00", "51" * 16, "stream"],
         ["orphaned", "incident", "stale", "2026-09-01 00:00:00", "s2", "backfill"],
         ["orphaned", "problem", "removed", "2026-08-01 00:00:00", "s3", "stream"],
     ]
@@ -166,7 +169,7 @@ async def test_list_shows_ok_stale_and_orphaned_partitions(env: Env, cli: Cli) -
         "offsets": [
             {"partition": p.as_dict(), "offset": orjson.loads(offset(p, ts, s, ph))}
             for p, ts, s, ph in [
-                (ok, "2026-09-29 06:30:00", "s1", "stream"),
+                (ok, "2026-09-29 06:30:00", "51" * 16, "stream"),
                 (stale, "2026-09-01 00:00:00", "s2", "backfill"),
                 (removed, "2026-08-01 00:00:00", "s3", "stream"),
             ]
@@ -193,7 +196,7 @@ async def test_read_only_commands_never_create_the_offsets_topic(
 async def test_subprocess_list_and_config_error(env: Env) -> None:
     settings, config = configure(env)
     p = partition(env, "incident")
-    await seed(settings, [(key(env, p), offset(p, "2026-09-29 06:30:00", "abc"))])
+    await seed(settings, [(key(env, p), offset(p, "2026-09-29 06:30:00", "abc0" * 8))])
 
     proc = await asyncio.create_subprocess_exec(
         SNOWSOURCE,
@@ -207,7 +210,7 @@ async def test_subprocess_list_and_config_error(env: Env) -> None:
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert table_rows(out.decode()) == [
-        ["incident", "incident", "ok", "2026-09-29 06:30:00", "abc", "stream"]
+        ["incident", "incident", "ok", "2026-09-29 06:30:00", "abc0" * 8, "stream"]
     ]
 
     bad = write_config(env.tmp_path / "bad.yaml", {**env.document(TABLES), "nmae": "typo"})
@@ -313,7 +316,7 @@ async def test_refused_while_a_daemon_runs_force_overrides_free_at_once_after_st
         for args in (
             ["reset", "--yes"],
             ["delete", "incident"],
-            ["set", "incident", "--timestamp", "2026-01-01 00:00:00", "--sys-id", "x"],
+            ["set", "incident", "--timestamp", "2026-01-01 00:00:00", "--sys-id", "a" * 32],
         ):
             result = await cli(config, *args)
             assert result.code == 1
@@ -347,12 +350,12 @@ async def test_set_writes_backfill_offset_and_replaces_foreign_spelling(env: Env
     await seed(settings, [(foreign, offset(p, "2026-09-29 06:00:00", "old"))])
 
     result = await cli(
-        config, "set", "incident", "--timestamp", "2026-09-01 12:00:00", "--sys-id", "abc"
+        config, "set", "incident", "--timestamp", "2026-09-01 12:00:00", "--sys-id", "ab" * 16
     )
     assert result.code == 0, result.err
     assert f"before: {offset(p, '2026-09-29 06:00:00', 'old').decode()}" in result.out
     assert "old key spelling" in result.out
-    assert await live(env) == {key(env, p): offset(p, "2026-09-01 12:00:00", "abc", "backfill")}
+    assert await live(env) == {key(env, p): offset(p, "2026-09-01 12:00:00", "ab" * 16, "backfill")}
 
 
 async def test_delete_also_removes_foreign_spelling_and_legacy_offset(env: Env, cli: Cli) -> None:
@@ -374,9 +377,14 @@ async def test_delete_also_removes_foreign_spelling_and_legacy_offset(env: Env, 
         [(foreign, offset(p)), (key(env, legacy), offset(legacy)), (other, offset(p))],
     )
     listed = await cli(config, "list")
-    assert ["orphaned", "incident", "legacy", "2026-09-29 06:00:00", "a1", "stream"] in table_rows(
-        listed.out
-    )
+    assert [
+        "orphaned",
+        "incident",
+        "legacy",
+        "2026-09-29 06:00:00",
+        "a1" * 16,
+        "stream",
+    ] in table_rows(listed.out)
     assert "non-canonical key bytes" in listed.out
 
     result = await cli(config, "delete", "incident")

@@ -39,6 +39,7 @@ class Table:
     alias: str
     partition: SourcePartition
     legacy_partition: SourcePartition
+    id_field: str = "sys_id"
 
 
 def table(alias: str, name: str, query: str | None = None, *, domain: bool = True) -> Table:
@@ -58,7 +59,7 @@ TABLES = [INCIDENT, CHANGE]
 
 
 def offset(
-    partition: SourcePartition, ts: str = "2026-09-29 07:30:42", sys_id: str = "a1"
+    partition: SourcePartition, ts: str = "2026-09-29 07:30:42", sys_id: str = "a1" * 16
 ) -> dict[str, str]:
     return SourceOffset(ts, sys_id, "stream", partition.query_fingerprint).as_dict()
 
@@ -160,18 +161,18 @@ def test_foreign_spelling_is_listed_once_and_canonical_wins() -> None:
     reordered = dict(reversed(list(INCIDENT.partition.as_dict().items())))
     foreign_key = orjson.dumps([CONNECTOR, reordered])
     assert foreign_key != encode_key(CONNECTOR, INCIDENT.partition)
-    foreign = entry(reordered, offset(INCIDENT.partition, sys_id="old"), key=foreign_key)
-    canonical = entry(INCIDENT.partition, offset(INCIDENT.partition, sys_id="new"))
+    foreign = entry(reordered, offset(INCIDENT.partition, sys_id="0" * 32), key=foreign_key)
+    canonical = entry(INCIDENT.partition, offset(INCIDENT.partition, sys_id="1" * 32))
 
     (only_foreign,) = list_offsets(CONNECTOR, [foreign], TABLES)
     assert only_foreign.canonical is False
-    assert only_foreign.field("sys_id") == "old"
+    assert only_foreign.field("sys_id") == "0" * 32
     assert list(only_foreign.partition) == list(INCIDENT.partition.as_dict())  # canonical order
 
     for order in ([foreign, canonical], [canonical, foreign]):
         (item,) = list_offsets(CONNECTOR, order, TABLES)
         assert item.canonical is True
-        assert item.field("sys_id") == "new"
+        assert item.field("sys_id") == "1" * 32
 
 
 def test_listing_order_configured_first_then_orphans_by_table() -> None:
@@ -216,7 +217,7 @@ def test_valid_submission_for_configured_table_in_any_key_order() -> None:
     assert change == OffsetChange(
         partition=INCIDENT.partition,
         offset=SourceOffset(
-            "2026-09-29 07:30:42", "a1", "stream", INCIDENT.partition.query_fingerprint
+            "2026-09-29 07:30:42", "a1" * 16, "stream", INCIDENT.partition.query_fingerprint
         ),
         alias="incident",
     )
@@ -347,7 +348,7 @@ def test_document_pairs_and_missing_offset_means_null() -> None:
 
 
 def test_rewind_offset_is_before_the_first_row_of_that_second() -> None:
-    value = rewind_offset(INCIDENT.partition, "2026-01-02 03:04:05")
+    value = rewind_offset(INCIDENT.partition, "2026-01-02 03:04:05", id_field="sys_id")
     assert value.as_dict() == {
         "version": "1",
         "timestamp": "2026-01-02 03:04:05",
@@ -363,7 +364,7 @@ def test_rewind_offset_is_before_the_first_row_of_that_second() -> None:
 
 
 def test_set_offset_keeps_the_sys_id_and_writes_backfill() -> None:
-    value = set_offset(CHANGE.partition, "2026-01-02 03:04:05", "abc")
+    value = set_offset(CHANGE.partition, "2026-01-02 03:04:05", "abc", id_field="number")
     assert (value.timestamp, value.sys_id, value.phase) == (
         "2026-01-02 03:04:05",
         "abc",
@@ -374,6 +375,6 @@ def test_set_offset_keeps_the_sys_id_and_writes_backfill() -> None:
 @pytest.mark.parametrize("bad", ["2026-01-02", "2026-01-02 03:04:05Z", "2026-13-01 00:00:00", ""])
 def test_rewind_and_set_refuse_bad_timestamps(bad: str) -> None:
     with pytest.raises(OffsetError, match="timestamp"):
-        rewind_offset(INCIDENT.partition, bad)
+        rewind_offset(INCIDENT.partition, bad, id_field="sys_id")
     with pytest.raises(OffsetError, match="timestamp"):
-        set_offset(INCIDENT.partition, bad, "abc")
+        set_offset(INCIDENT.partition, bad, "abc", id_field="number")

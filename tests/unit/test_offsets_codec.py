@@ -21,6 +21,7 @@ from snowsource.core.offsets_codec import (
     PHASES,
     SourceOffset,
     SourcePartition,
+    cursor_id_problem,
     decode_value,
     encode_connect_json,
     encode_key,
@@ -72,7 +73,9 @@ def test_offset_keys_vector(case: dict[str, Any]) -> None:
     value = case["value_utf8"].encode("utf-8")
     assert encode_value(offset) == value
     assert list(offset.as_dict()) == list(case["offset"])
-    assert validate_offset(decode_value(value), partition, describe="vector") == offset
+    assert (
+        validate_offset(decode_value(value), partition, id_field=None, describe="vector") == offset
+    )
 
 
 def test_partition_keys_are_in_hashmap_order() -> None:
@@ -824,15 +827,15 @@ def test_phases() -> None:
         _with(phase="backfill"),
         _with(timestamp="2024-02-29 23:59:59"),
         _with(timestamp="1970-01-01 00:00:00"),
-        _with(sys_id='odd "id" \\ \x01 \U0001f600'),
+        _with(sys_id="0" * 32),
     ],
 )
 def test_validate_offset_accepts(value: dict[str, object]) -> None:
-    offset = validate_offset(value, PARTITION, describe="incident")
+    offset = validate_offset(value, PARTITION, id_field="sys_id", describe="incident")
     assert offset.as_dict() == value
-    assert validate_offset(decode_value(encode_value(offset) or b""), PARTITION, describe="x") == (
-        offset
-    )
+    assert validate_offset(
+        decode_value(encode_value(offset) or b""), PARTITION, id_field="sys_id", describe="x"
+    ) == (offset)
 
 
 @pytest.mark.parametrize(
@@ -870,7 +873,7 @@ def test_validate_offset_accepts(value: dict[str, object]) -> None:
 def test_validate_offset_refuses(value: object, reason: str) -> None:
     describe = "table incident (partition key [...])"
     with pytest.raises(OffsetError) as caught:
-        validate_offset(value, PARTITION, describe=describe)
+        validate_offset(value, PARTITION, id_field="sys_id", describe=describe)
     message = str(caught.value)
     assert reason in message
     assert describe in message
@@ -882,12 +885,16 @@ def test_validate_offset_refuses(value: object, reason: str) -> None:
 
 def test_validate_offset_names_the_alias_in_the_reset_commands() -> None:
     with pytest.raises(OffsetError, match="snowsource offsets delete incident_p1"):
-        validate_offset(_with(phase="x"), PARTITION, describe="incident_p1", alias="incident_p1")
+        validate_offset(
+            _with(phase="x"), PARTITION, id_field="sys_id", describe="t", alias="incident_p1"
+        )
 
 
 def test_validate_offset_lists_every_problem() -> None:
     with pytest.raises(OffsetError) as caught:
-        validate_offset(_with(phase="x", timestamp="bad", extra=1), PARTITION, describe="t")
+        validate_offset(
+            _with(phase="x", timestamp="bad", extra=1), PARTITION, id_field="sys_id", describe="t"
+        )
     message = str(caught.value)
     for reason in ("unexpected key(s) 'extra'", "timestamp 'bad'", "unknown phase 'x'"):
         assert reason in message
@@ -896,7 +903,7 @@ def test_validate_offset_lists_every_problem() -> None:
 def test_another_version_is_judged_on_its_version_only() -> None:
     other = {"version": "2", "cursor": {"ts": 1}}
     with pytest.raises(OffsetError) as caught:
-        validate_offset(other, PARTITION, describe="t")
+        validate_offset(other, PARTITION, id_field="sys_id", describe="t")
     assert "unsupported offset version '2'" in str(caught.value)
     assert "missing" not in str(caught.value)
 
@@ -918,11 +925,64 @@ def test_decode_value_returns_any_json() -> None:
             f"{d.year:04d}-{d.month:02d}-{d.day:02d} {d.hour:02d}:{d.minute:02d}:{d.second:02d}"
         )
     ),
-    sys_id=st.text(),
+    sys_id=st.text().filter(lambda s: cursor_id_problem(s, "number") is None),
     phase=st.sampled_from(PHASES),
 )
 def test_offsets_round_trip(timestamp: str, sys_id: str, phase: str) -> None:
     offset = SourceOffset(timestamp, sys_id, phase, PARTITION.query_fingerprint)
     data = encode_value(offset)
     assert data is not None
-    assert validate_offset(decode_value(data), PARTITION, describe="t") == offset
+    assert validate_offset(decode_value(data), PARTITION, id_field="number", describe="t") == offset
+
+
+# --------------------------------------------------------------------------------------------
+# The cursor id rule (one validator: daemon load, REST PATCH, offsets set/import, emitted rows)
+
+
+@pytest.mark.parametrize(
+    ("sys_id", "id_field"),
+    [
+        ("", "sys_id"),
+        ("8f4bc0d1c611227a0100e2d3f8a6b9e1", "sys_id"),
+        ("8f4bc0d1c611227a0100e2d3f8a6b9e1", "inc_sys_id"),  # a database view's prefixed sys_id
+        ("INC0010001", "number"),
+        ("x" * 255, "number"),
+        ('odd "id" \\ \U0001f600 é', "number"),
+        ("anything-without-caret", None),
+    ],
+)
+def test_cursor_id_accepted(sys_id: str, id_field: str | None) -> None:
+    assert cursor_id_problem(sys_id, id_field) is None
+    value = _with(sys_id=sys_id)
+    assert validate_offset(value, PARTITION, id_field=id_field, describe="t").sys_id == sys_id
+
+
+@pytest.mark.parametrize(
+    ("sys_id", "id_field", "reason"),
+    [
+        ("xyz", "sys_id", "is not a sys_id (32 lowercase hex characters)"),
+        ("8F4BC0D1C611227A0100E2D3F8A6B9E1", "sys_id", "is not a sys_id"),
+        ("8f4bc0d1c611227a0100e2d3f8a6b9e", "sys_id", "is not a sys_id"),
+        ("8f4bc0d1c611227a0100e2d3f8a6b9e1 ", "inc_sys_id", "is not a sys_id"),
+        ("a^b", "sys_id", "contains '^'"),
+        ("INC^NQactive=true", "number", "contains '^'"),
+        ("a^b", None, "contains '^'"),
+        ("x" * 256, "number", "longer than 255 characters"),
+        ("x" * 10_000, "number", "'... (10000 characters) is longer than 255"),
+        ("INC\n001", "number", "control characters"),
+        ("INC\x00", None, "control characters"),
+        ("INC\x85", "number", "control characters"),
+    ],
+)
+def test_cursor_id_refused(sys_id: str, id_field: str | None, reason: str) -> None:
+    problem = cursor_id_problem(sys_id, id_field)
+    assert problem is not None
+    assert reason in problem
+    with pytest.raises(OffsetError, match=re.escape(reason)):
+        validate_offset(_with(sys_id=sys_id), PARTITION, id_field=id_field, describe="t")
+
+
+def test_a_huge_id_is_quoted_shortly() -> None:
+    problem = cursor_id_problem("y" * 10_000, "number")
+    assert problem is not None
+    assert len(problem) < 200
