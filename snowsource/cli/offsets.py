@@ -17,6 +17,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import shlex
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -150,6 +152,12 @@ class _Context:
     tables: list[TableSpec]
     out: TextIO
     err: TextIO
+    config_path: str | None = None
+
+    def command(self, args: str) -> str:
+        """``snowsource offsets ARGS`` as the user should type it: with their ``--config``."""
+        config = f" --config {shlex.quote(self.config_path)}" if self.config_path else ""
+        return f"`{_PROG} {args}{config}`"
 
     @property
     def connector(self) -> str:
@@ -173,7 +181,7 @@ class _Context:
         print(f"warning: {message}", file=self.err)
 
 
-def _context(settings: Settings) -> _Context:
+def _context(settings: Settings, config_path: str | None = None) -> _Context:
     # Every table of the connector, whatever task owns it: offsets belong to the connector.
     tables = [table_spec(settings, alias, table) for alias, table in settings.tables.items()]
     return _Context(
@@ -182,6 +190,7 @@ def _context(settings: Settings) -> _Context:
         tables=tables,
         out=sys.stdout,
         err=sys.stderr,
+        config_path=config_path,
     )
 
 
@@ -405,7 +414,7 @@ async def _cmd_export(ctx: _Context, args: argparse.Namespace) -> int:
     if broken:
         raise _RefusedError(
             "cannot export: these stored values are not JSON (delete them first with "
-            "`snowsource offsets delete ALIAS` or `delete --orphaned`): "
+            f"{ctx.command('delete ALIAS')} or {ctx.command('delete --orphaned')}): "
             + "; ".join(item.key.decode("utf-8", "replace") for item in broken)
         )
     text = _json(rest_listing(listed)) + "\n"
@@ -506,7 +515,7 @@ async def _cmd_reset(ctx: _Context, args: argparse.Namespace) -> int:
             raise _RefusedError(
                 f"refused: reset deletes every offset of connector {ctx.connector!r} "
                 f"({len(entries)} record(s) listed above; every table then replays from its "
-                f"start.timestamp); run `snowsource offsets reset --yes` to do it"
+                f"start.timestamp); run {ctx.command('reset --yes')} to do it"
             )
         writes = []
         for entry in entries:
@@ -630,7 +639,7 @@ async def amain(argv: Sequence[str]) -> int:
         except ConfigError as exc:
             print(f"{_PROG}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        ctx = _context(loaded.settings)
+        ctx = _context(loaded.settings, args.config)
         for warning in loaded.warnings:
             ctx.warn(warning)
         try:
@@ -644,6 +653,8 @@ async def amain(argv: Sequence[str]) -> int:
         except (KafkaUnavailableError, TopicConfigError, OffsetError) as exc:
             print(f"{_PROG}: {exc}", file=ctx.err)
             return EXIT_FAILED
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): main() ends quietly
         except (KafkaError, OSError) as exc:
             print(f"{_PROG}: failed: {exc!r}", file=ctx.err)
             return EXIT_FAILED
@@ -651,4 +662,14 @@ async def amain(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point used by ``snowsource offsets`` (``argv`` without the word ``offsets``)."""
-    return asyncio.run(amain(sys.argv[1:] if argv is None else argv))
+    try:
+        code = asyncio.run(amain(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a closed pipe shows here, while we can still handle it
+    except BrokenPipeError:
+        # `offsets list | head`: the reader has what it wanted. Point stdout at /dev/null so
+        # the interpreter's own flush at exit stays quiet too; exit 1, as the output is cut.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILED
+    return code
