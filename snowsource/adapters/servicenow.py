@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -211,6 +212,13 @@ def parse_retry_after(value: str | None, *, date: str | None = None) -> float | 
         return None
     reference = _http_date(date) if date is not None else None
     return max(0.0, when - (time.time() if reference is None else reference))
+
+
+def _os_reason(error: OSError) -> str:
+    """``Connection refused``, ``Name or service not known``: the system's words for it."""
+    if error.errno is not None and error.errno > 0:
+        return os.strerror(error.errno)
+    return error.strerror or str(error) or type(error).__name__
 
 
 def _http_date(text: str) -> float | None:
@@ -573,6 +581,11 @@ class ServiceNowClient:
     def _transport_error(self, where: str, exc: BaseException, elapsed: float) -> RetriableError:
         if isinstance(exc, TimeoutError):
             what = f"no complete answer within {elapsed:.1f} s (timeout)"
+        elif isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
+            exc, aiohttp.ClientSSLError
+        ):
+            # aiohttp's own text names an "ssl:default" context even for http URLs.
+            what = f"cannot connect to {exc.host}:{exc.port} ({_os_reason(exc.os_error)})"
         else:
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         # The cause is not chained: aiohttp exceptions may carry request headers.
