@@ -48,7 +48,7 @@ emulator: install
 	$(BIN)/snowsource emulator --port 8080
 
 demo: install kafka-up
-	$(BIN)/python scripts/demo.py
+	$(BIN)/python -m snowsource.demo
 
 bench: install kafka-up
 	$(BIN)/python -m bench.throughput
