@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -65,8 +64,3 @@ async def topic_factory(kafka_admin: AIOKafkaAdminClient) -> AsyncIterator[Topic
 def name_factory() -> Callable[[str], str]:
     """Unique names for topics the code under test creates itself."""
     return unique
-
-
-@pytest.fixture(scope="session")
-def shared_testdata() -> Path:
-    return REPO.parent / "shared" / "testdata"
