@@ -34,10 +34,10 @@ classpath() {
     return
   fi
   if [[ ! -f "$KAFKA_CACHE/.complete" ]]; then
-    command -v mvn >/dev/null || { log "mvn not found: install Maven or set KAFKA_HOME"; exit 1; }
     log "first run: fetching Apache Kafka $KAFKA_VERSION (about 45 jars, 45 MB) from Maven Central"
     log "into $KAFKA_CACHE with Maven. This happens once; it usually takes 1-3 minutes and"
     log "Maven shows no progress meanwhile (a Maven that has never run also fetches its plugins)."
+    command -v mvn >/dev/null || { log "mvn not found: install Maven or set KAFKA_HOME"; exit 1; }
     local work logging
     work="$(mktemp -d)"
     # The broker logs through SLF4J: Kafka 4 ships log4j2, Kafka 3 reload4j (log4j 1).

@@ -1,8 +1,10 @@
-"""`scripts/kafka.sh start` is ready only when *its own* broker serves the port."""
+"""`scripts/kafka.sh start` is ready only when *its own* broker serves the port; first runs say
+what they fetch."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -78,3 +80,48 @@ def test_a_pid_file_naming_an_unrelated_process_is_not_a_running_broker(
     start = _script("start", port, data)
     assert start.returncode != 0
     assert f"port {port} is in use by another process" in start.stderr
+
+
+def test_first_run_says_what_it_fetches_and_how_long_it_takes(tmp_path: Path) -> None:
+    # A Maven that fails at once stands in for the real one: no network needed.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "mvn"
+    fake.write_text("#!/bin/sh\necho 'fake mvn: offline' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "KAFKA_PORT": str(free_broker_port()),
+        "KAFKA_DATA": str(tmp_path / "kafka"),
+        "KAFKA_CACHE": str(tmp_path / "cache"),
+    }
+    env.pop("KAFKA_HOME", None)
+    result = subprocess.run(
+        [str(KAFKA_SCRIPT), "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "first run: fetching Apache Kafka" in result.stderr
+    assert "from Maven Central" in result.stderr
+    assert "1-3 minutes" in result.stderr
+    assert "fake mvn: offline" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_says_what_pip_installs() -> None:
+    result = subprocess.run(
+        ["make", "-n", "-B", "install"],
+        cwd=KAFKA_SCRIPT.parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "installing snowsource and its pinned dependencies" in result.stdout
+    assert "usually under a minute" in result.stdout
