@@ -47,3 +47,17 @@ def test_readme_links_resolve() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
         assert (REPO / target).exists(), target
+
+
+def test_rest_docs_list_the_intentional_differences_from_connect() -> None:
+    text = (REPO / "docs" / "rest.md").read_text(encoding="utf-8")
+    section = text.split("## Where snowsource answers differently on purpose", 1)[1]
+    assert "PATCH validates the offsets" in section
+    assert "Malformed JSON is a 400" in section
+
+
+def test_offsets_docs_warn_about_a_connect_workers_rest_api() -> None:
+    text = (REPO / "docs" / "offsets.md").read_text(encoding="utf-8")
+    section = text.split("### A Kafka Connect worker's REST API is not snowsource's", 1)[1]
+    assert "overwrites it" in section
+    assert "Stop snowsource first" in section
