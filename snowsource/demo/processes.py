@@ -19,6 +19,10 @@ from snowsource.core.errors import ServiceNowError
 from snowsource.demo.options import EMULATOR_PASSWORD, EMULATOR_USER
 
 
+class InterruptedDemoError(Exception):
+    """Ctrl-C before the daemon ran: a stop the user asked for, not a failure."""
+
+
 def child_env() -> dict[str, str]:
     """The caller's environment without ``SNOWSOURCE_*``: the daemon runs exactly the
     configuration the demo wrote."""
@@ -102,7 +106,7 @@ async def wait_for_emulator(url: str, emulator: Child, log_path: Path, stop: asy
     async with ServiceNowClient(url, auth, connect_timeout=2, request_timeout=5) as client:
         while True:
             if stop.is_set():
-                raise SystemExit("demo: interrupted while the emulator was starting")
+                raise InterruptedDemoError("interrupted while the emulator was starting")
             if emulator.returncode is not None:
                 raise SystemExit(
                     f"demo: the emulator exited with code {emulator.returncode}:\n{tail(log_path)}"

@@ -33,7 +33,13 @@ from snowsource.demo.options import (
     TABLES,
     Options,
 )
-from snowsource.demo.processes import Child, free_port, tail, terminal_foreground
+from snowsource.demo.processes import (
+    Child,
+    InterruptedDemoError,
+    free_port,
+    tail,
+    terminal_foreground,
+)
 from snowsource.demo.progress import TableView, apply_event, human_seconds
 from snowsource.demo.screen import Screen
 from snowsource.demo.tracker import KafkaTracker, peek
@@ -376,4 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(demo(Options.from_env()))
     except KeyboardInterrupt:  # Ctrl-C before the demo's own handler was in place
         print("demo: interrupted")
+        return 0
+    except InterruptedDemoError as exc:
+        print(f"demo: {exc}; stopped what it had started")
         return 0

@@ -176,3 +176,35 @@ async def test_ctrl_c_ends_make_demo_with_exit_0(
     assert code == 0, f"make exited {code}:\n{output[-3000:]}"  # -2 would be "died of SIGINT"
     assert "OK: every table delivered rows" in output
     assert "Interrupt" not in output  # make's own "*** [demo] Interrupt"
+
+
+async def test_ctrl_c_while_the_emulator_starts_is_a_clean_stop(kafka_bootstrap: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNOWSOURCE_", "DEMO_"))}
+    # Seeding this many rows takes far longer than the test waits.
+    env.update({"DEMO_ROWS": "2000000", "KAFKA_BOOTSTRAP": kafka_bootstrap})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "snowsource.demo",
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    seen = b""
+    try:
+        async with asyncio.timeout(60):
+            while b"starting the ServiceNow emulator" not in seen:
+                line = await proc.stdout.readline()
+                assert line, seen.decode()
+                seen += line
+            proc.send_signal(signal.SIGINT)
+            rest, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    output = (seen + rest).decode("utf-8", "replace")
+    assert proc.returncode == 0, output
+    assert "interrupted while the emulator was starting" in output
