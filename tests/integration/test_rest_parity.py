@@ -140,6 +140,15 @@ CASES: list[Case] = [
         ours=(400, None),
         why="malformed JSON is the client's mistake",
     ),
+    Case(
+        "PATCH",
+        f"/connectors/{NAME}/offsets",
+        (500, None),
+        body=b"",
+        headers=JSON,
+        ours=err(400, NEED_OFFSETS_MESSAGE),
+        why="an empty body is the client's mistake too",
+    ),
     # Routing errors in Jersey's words.
     Case("GET", "/no/such/route", err(404, "HTTP 404 Not Found")),
     Case("DELETE", f"/connectors/{NAME}/status", err(405, "HTTP 405 Method Not Allowed")),
