@@ -12,6 +12,8 @@ STAMP := $(VENV)/.installed
 all: lint test
 
 $(STAMP): pyproject.toml constraints.txt
+	@echo "make: installing snowsource and its pinned dependencies into $(VENV) with pip"
+	@echo "make: (once, and again when pyproject.toml or constraints.txt change; usually under a minute)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
@@ -47,7 +49,7 @@ emulator: install
 	$(BIN)/snowsource emulator --port 8080
 
 demo: install kafka-up
-	$(BIN)/python scripts/demo.py
+	$(BIN)/python -m snowsource.demo
 
 bench: install kafka-up
 	$(BIN)/python -m bench.throughput

@@ -34,8 +34,10 @@ classpath() {
     return
   fi
   if [[ ! -f "$KAFKA_CACHE/.complete" ]]; then
+    log "first run: fetching Apache Kafka $KAFKA_VERSION (about 45 jars, 45 MB) from Maven Central"
+    log "into $KAFKA_CACHE with Maven. This happens once; it usually takes 1-3 minutes and"
+    log "Maven shows no progress meanwhile (a Maven that has never run also fetches its plugins)."
     command -v mvn >/dev/null || { log "mvn not found: install Maven or set KAFKA_HOME"; exit 1; }
-    log "fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_CACHE (once)"
     local work logging
     work="$(mktemp -d)"
     # The broker logs through SLF4J: Kafka 4 ships log4j2, Kafka 3 reload4j (log4j 1).
@@ -61,6 +63,7 @@ POM
       -DoutputDirectory="$KAFKA_CACHE/libs" >&2
     rm -rf "$work"
     touch "$KAFKA_CACHE/.complete"
+    log "fetched; later starts use the cache"
   fi
   echo "$KAFKA_CACHE/libs/*"
 }
@@ -78,8 +81,72 @@ while True:
 '
 }
 
+# Our broker: the pid file's process is alive and is the broker of this data directory (a pid
+# reused by an unrelated process after a reboot does not count).
 is_running() {
-  [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid
+  pid="$(cat "$PIDFILE")"
+  kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" 2>/dev/null | grep -qF "$KAFKA_DATA/server.properties"
+}
+
+# The pids listening on TCP port $1, one per line; "?" for a listener whose process we may not
+# look at (another user's). Linux reads /proc; elsewhere lsof answers.
+listeners() {
+  python3 - "$1" <<'PY'
+import os, subprocess, sys
+port = int(sys.argv[1])
+inodes = set()
+tables = [t for t in ("/proc/net/tcp", "/proc/net/tcp6") if os.path.exists(t)]
+if not tables:
+    try:
+        out = subprocess.run(["lsof", "-nP", f"-iTCP:{port}", "-sTCP:LISTEN", "-t"],
+                             capture_output=True, text=True, check=False).stdout
+    except OSError:
+        sys.exit(0)
+    print("\n".join(sorted(set(out.split()))))
+    sys.exit(0)
+for table in tables:
+    with open(table) as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+owners = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                owners.add(pid)
+        except OSError:
+            pass
+found = sorted(owners)
+if inodes and not owners:
+    found = ["?"]
+print("\n".join(found))
+PY
+}
+
+# 0 when process $2 is the one listening on port $1.
+owns_port() {
+  listeners "$1" | grep -qx "$2"
+}
+
+# Fails naming the port when something other than process $2 (if given) listens on port $1.
+require_free() {
+  local port="$1" ours="${2:-}" others
+  others="$(listeners "$port" | grep -vx "${ours:-none}" | tr '\n' ' ' || true)"
+  if [[ -n "${others// /}" ]]; then
+    local who=""
+    [[ "$others" != "? " ]] && who=" (pid ${others% })"
+    log "port $port is in use by another process$who; stop it, or pick another port with KAFKA_PORT=<port> (the controller uses KAFKA_PORT+1000)"
+    exit 1
+  fi
 }
 
 # Answers 0 once the broker returns a Metadata response that lists at least one broker.
@@ -111,10 +178,19 @@ PY
 }
 
 start() {
-  if is_running && probe; then
-    log "already running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+  if is_running; then
+    local pid
+    pid="$(cat "$PIDFILE")"
+    # Our broker may still be starting (another `start` launched it): give it the usual time.
+    wait_ready "$pid"
+    log "already running on 127.0.0.1:$KAFKA_PORT (pid $pid)"
     return 0
   fi
+  rm -f "$PIDFILE"
+  # A broker that cannot bind its port dies, but the probe would then be answered by whatever
+  # holds the port: refuse before starting anything.
+  require_free "$KAFKA_PORT"
+  require_free "$CONTROLLER_PORT"
   local cp
   cp="$(classpath)"
   mkdir -p "$KAFKA_DATA"
@@ -171,21 +247,30 @@ L4J2
   nohup java "${java_opts[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DATA/server.properties" \
     >"$KAFKA_DATA/stdout.log" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
-  local waited=0
-  until probe; do
-    if ! is_running; then
+  wait_ready "$(cat "$PIDFILE")"
+  log "ready on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+}
+
+# Waits until process $1 answers a metadata request on KAFKA_PORT *and* is the process that
+# listens there (an answer from anything else is not our broker); fails otherwise.
+wait_ready() {
+  local pid="$1" waited=0
+  until probe && owns_port "$KAFKA_PORT" "$pid"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
       log "broker exited during start-up; last log lines:"
       tail -n 30 "$LOGFILE" "$KAFKA_DATA/stdout.log" >&2 2>/dev/null || true
+      require_free "$KAFKA_PORT"
+      require_free "$CONTROLLER_PORT"
       exit 1
     fi
     if ((waited >= START_TIMEOUT * 4)); then
+      require_free "$KAFKA_PORT" "$pid"
       log "broker did not answer a metadata request within ${START_TIMEOUT}s; see $LOGFILE"
       exit 1
     fi
     sleep 0.25
     waited=$((waited + 1))
   done
-  log "ready on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
 }
 
 stop() {
@@ -211,7 +296,8 @@ case "${1:-}" in
   stop) stop ;;
   restart) stop; start ;;
   status)
-    if is_running && probe; then echo "running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
+    if is_running && probe && owns_port "$KAFKA_PORT" "$(cat "$PIDFILE")"; then
+      echo "running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"))"
     else echo "not running"; exit 1; fi ;;
   logs) tail -n "${2:-50}" "$LOGFILE" ;;
   wipe) stop; rm -rf "$KAFKA_DATA" ;;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -32,6 +33,28 @@ class LocalBroker:
 
     def stop(self) -> None:
         self._run("stop")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_broker_port() -> int:
+    """A port for a second broker: free, and so is its controller port (``port + 1000``, as
+    ``scripts/kafka.sh`` uses), so it never collides with a broker someone else runs."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + 1000 < 65536 and _bindable(port + 1000):
+            return port
+    raise RuntimeError("no free port pair (port, port + 1000) found for a second broker")
 
 
 def unique(prefix: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -133,6 +134,13 @@ class Page:
     date: str | None
     total_count: int | None
     elapsed: float
+
+
+def _os_reason(error: OSError) -> str:
+    """``Connection refused``, ``Name or service not known``: the system's words for it."""
+    if error.errno is not None and error.errno > 0:
+        return os.strerror(error.errno)
+    return error.strerror or str(error) or type(error).__name__
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,6 +378,11 @@ class ServiceNowClient:
     def _transport_error(self, where: str, exc: BaseException, elapsed: float) -> RetriableError:
         if isinstance(exc, TimeoutError):
             what = f"no complete answer within {elapsed:.1f} s (timeout)"
+        elif isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
+            exc, aiohttp.ClientSSLError
+        ):
+            # aiohttp's own text names an "ssl:default" context even for http URLs.
+            what = f"cannot connect to {exc.host}:{exc.port} ({_os_reason(exc.os_error)})"
         else:
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):

@@ -69,7 +69,7 @@ from snowsource.core.offsets_plan import (
 from snowsource.core.table import TableSpec
 from snowsource.engine.poller import TableState, TableStatus
 from snowsource.engine.supervisor import ConnectorState, Daemon, kafka_connection, table_spec
-from snowsource.observability import metrics
+from snowsource.observability import build, metrics
 from snowsource.observability.redact import redact, redact_value, register_secret
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.resource import AsyncResource
@@ -96,6 +96,13 @@ MUST_BE_STOPPED_MESSAGE: Final = (
 NEED_OFFSETS_MESSAGE: Final = (
     "Partitions / offsets need to be provided for an alter offsets request"
 )
+# A Connect worker words "no such connector" differently per call; scripts match on the text.
+NOT_FOUND_MESSAGE: Final = "Connector {} not found"
+NO_STATUS_MESSAGE: Final = "No status found for connector {}"
+UNKNOWN_MESSAGE: Final = "Unknown connector {}"  # stop, pause, resume
+UNKNOWN_RESTART_MESSAGE: Final = "Unknown connector: {}"  # restart
+# Jersey refuses a body that is not application/json before any resource code runs.
+UNSUPPORTED_MEDIA_MESSAGE: Final = "HTTP 415 Unsupported Media Type"
 # snowsource validates submitted offsets itself (Connect's alterOffsets hook returning true).
 ALTERED_MESSAGE: Final = "The offsets for this connector have been altered successfully"
 RESET_MESSAGE: Final = "The offsets for this connector have been reset successfully"
@@ -104,8 +111,6 @@ CONNECTOR_CLASS: Final = "snowsource"
 # generate_latest writes the classic text format; prometheus_client's CONTENT_TYPE_LATEST now
 # names a newer version than the bytes it produces.
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-# Kafka's AppInfoParser reports this when the build carries no commit id.
-_UNKNOWN_COMMIT: Final = "unknown"
 _OPEN_PATHS: Final = frozenset({"/health/live"})
 #: Seconds a client has for its request headers, and again for its body.
 READ_TIMEOUT_SECONDS: float = 30.0
@@ -156,6 +161,12 @@ def _flatten(prefix: str, value: object, out: dict[str, str]) -> None:
         out[prefix] = orjson.dumps(list(value)).decode()
     else:
         out[prefix] = str(value)
+
+
+def _by_table(item: Mapping[str, object]) -> tuple[str, bytes]:
+    partition = item.get("partition")
+    table = partition.get("table") if isinstance(partition, Mapping) else None
+    return (str(table or ""), orjson.dumps(partition, option=orjson.OPT_SORT_KEYS))
 
 
 def _offset_dict(offset: SourceOffset | None) -> dict[str, str] | None:
@@ -335,7 +346,7 @@ class RestServer(AsyncResource):
 
         return auth
 
-    def _connector(self, request: web.Request, message: str = "Connector {} not found") -> None:
+    def _connector(self, request: web.Request, message: str = NOT_FOUND_MESSAGE) -> None:
         name = request.match_info["name"]
         if name != self._name:
             raise _RestError(404, message.format(name))
@@ -359,7 +370,7 @@ class RestServer(AsyncResource):
         return _json(
             {
                 "version": __version__,
-                "commit": _UNKNOWN_COMMIT,
+                "commit": await asyncio.to_thread(build.commit),
                 "kafka_cluster_id": await self._kafka_cluster_id(),
             }
         )
@@ -393,7 +404,7 @@ class RestServer(AsyncResource):
         return _json(self._info())
 
     async def _connector_status(self, request: web.Request) -> web.Response:
-        self._connector(request, "No status found for connector {}")
+        self._connector(request, NO_STATUS_MESSAGE)
         return _json(self._status())
 
     def _info(self) -> dict[str, object]:
@@ -414,7 +425,12 @@ class RestServer(AsyncResource):
             for alias, table in tables.items()
             if table["state"] == TableState.FAILED
         )
-        connector: dict[str, object] = {"state": state.value, "worker_id": worker}
+        # Connect 4.1 reports the plugin version of the connector and of each task.
+        connector: dict[str, object] = {
+            "state": state.value,
+            "worker_id": worker,
+            "version": __version__,
+        }
         tasks: list[dict[str, object]] = []
         if state == ConnectorState.FAILED and trace:
             connector["trace"] = trace
@@ -423,6 +439,7 @@ class RestServer(AsyncResource):
                 "id": self._settings.task_id,
                 "state": state.value,
                 "worker_id": worker,
+                "version": __version__,
             }
             if state == ConnectorState.FAILED and trace:
                 task["trace"] = trace
@@ -522,7 +539,7 @@ class RestServer(AsyncResource):
             metrics.set_state(spec.alias, state)
 
     async def _stop(self, request: web.Request) -> web.Response:
-        self._connector(request)
+        self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
             await self._stop_pollers()
@@ -532,7 +549,7 @@ class RestServer(AsyncResource):
         return web.Response(status=204)
 
     async def _pause(self, request: web.Request) -> web.Response:
-        self._connector(request)
+        self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
             await self._stop_pollers()
@@ -542,7 +559,7 @@ class RestServer(AsyncResource):
         return web.Response(status=202)
 
     async def _resume(self, request: web.Request) -> web.Response:
-        self._connector(request)
+        self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
             if self._daemon.target in (ConnectorState.STOPPED, ConnectorState.PAUSED):
@@ -551,7 +568,7 @@ class RestServer(AsyncResource):
         return web.Response(status=202)
 
     async def _restart(self, request: web.Request) -> web.Response:
-        self._connector(request)
+        self._connector(request, UNKNOWN_RESTART_MESSAGE)
         include_tasks = _flag(request, "includeTasks")
         only_failed = _flag(request, "onlyFailed")
         await self._started()
@@ -570,7 +587,11 @@ class RestServer(AsyncResource):
 
     async def _get_offsets(self, request: web.Request) -> web.Response:
         self._connector(request)
-        return _json(connect_listing(self._name, await self._fresh_entries(), self._all_specs))
+        listing = connect_listing(self._name, await self._fresh_entries(), self._all_specs)
+        # Connect lists partitions in hash order; by table (then the rest of the partition)
+        # two calls diff cleanly.
+        listing["offsets"].sort(key=_by_table)
+        return _json(listing)
 
     async def _fresh_entries(self) -> list[StoredEntry]:
         """This connector's records, read from the topic now, like Connect's GET.
@@ -588,6 +609,8 @@ class RestServer(AsyncResource):
             return reader.entries()
 
     async def _patch_offsets(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/json":
+            raise _RestError(415, UNSUPPORTED_MEDIA_MESSAGE)
         document = await self._json_body(request)
         if not isinstance(document, Mapping) or not document.get("offsets"):
             raise _RestError(400, NEED_OFFSETS_MESSAGE)

@@ -21,19 +21,80 @@ EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 
 
+EXIT_CODES_HELP = """exit codes:
+  0  clean shutdown (SIGTERM/SIGINT included); for check: every check passed
+  1  fatal runtime error (Kafka unreachable, unusable offsets topic, fenced by a newer
+     process with the same task.id); for check: a check failed
+  2  invalid configuration or usage (nothing was contacted)"""
+
+RUN_EXIT_CODES_HELP = """exit codes:
+  0  clean shutdown (SIGTERM/SIGINT included)
+  1  fatal runtime error (Kafka unreachable for kafka.startup.timeout.seconds, unusable
+     offsets topic, fenced by a newer process with the same task.id)
+  2  invalid configuration or usage (nothing was contacted)"""
+
+CHECK_EXIT_CODES_HELP = """exit codes:
+  0  every check passed (a time-zone warning does not fail it)
+  1  a check failed
+  2  invalid configuration or usage (nothing was contacted)"""
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().upper()
+    level = "WARNING" if level == "WARN" else level
+    if level not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid log level {value!r}: use one of {', '.join(_LOG_LEVELS)}"
+        )
+    return level
+
+
 def _parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="snowsource",
         description="Stream ServiceNow tables into Apache Kafka with Connect-compatible offsets.",
+        epilog=EXIT_CODES_HELP + "\n\n`snowsource COMMAND --help` describes each command.",
+        formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"snowsource {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"snowsource {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     config_help = "configuration file (default: $SNOWSOURCE_CONFIG, then ./config.yaml)"
 
-    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run = sub.add_parser(
+        "run",
+        help="run the daemon in the foreground",
+        description=(
+            "Run the daemon in the foreground: read every table this task owns, produce its\n"
+            "rows to Kafka and commit offsets after Kafka acknowledged them. Logs go to stdout\n"
+            "(JSON when not on a terminal). SIGTERM or Ctrl-C stops cleanly within\n"
+            "shutdown.timeout.seconds."
+        ),
+        epilog=RUN_EXIT_CODES_HELP,
+        formatter_class=formatter,
+    )
     run.add_argument("--config", help=config_help)
+    run.add_argument(
+        "--log-level",
+        type=_log_level,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL; overrides log.level of the configuration",
+    )
 
-    check = sub.add_parser("check", help="check configuration, Kafka and ServiceNow")
+    check = sub.add_parser(
+        "check",
+        help="check configuration, Kafka and ServiceNow",
+        description=(
+            "Validate the configuration, then check Kafka (reachable, offsets topic usable) and\n"
+            "ServiceNow (credentials, every table readable, cursor and configured fields\n"
+            "visible, the integration user's time zone). Prints one pass/fail line per check;\n"
+            "nothing is written anywhere."
+        ),
+        epilog=CHECK_EXIT_CODES_HELP,
+        formatter_class=formatter,
+    )
     check.add_argument("--config", help=config_help)
 
     sub.add_parser("offsets", help="inspect, rewind and reset stored offsets", add_help=False)
@@ -42,15 +103,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_run(config_path: str | None) -> int:
-    """``snowsource run``."""
+def cmd_run(config_path: str | None, log_level: str | None = None) -> int:
+    """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
     from snowsource.config.settings import load_config
     from snowsource.engine.supervisor import run_until_signal
     from snowsource.observability.logs import configure_logging
 
     loaded = load_config(config_path)
     settings = loaded.settings
-    configure_logging(str(settings.log.format), str(settings.log.level))
+    configure_logging(str(settings.log.format), log_level or str(settings.log.level))
     for warning in loaded.warnings:
         structlog.get_logger("snowsource.config.settings").warning(warning)
     try:
@@ -88,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if args.command == "run":
-            return cmd_run(args.config)
+            return cmd_run(args.config, args.log_level)
         if args.command == "check":
             from snowsource.cli.check import main as check_main
 

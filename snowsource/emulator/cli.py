@@ -27,9 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="snowsource emulator",
         description="Serve an emulated ServiceNow Table API with seeded, changing data.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
     parser.add_argument(
         "--tables",
         default="incident,change_request,cmdb_ci",
@@ -45,9 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--latency-ms", type=float, default=0.0, help="delay added to every request"
     )
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--user", default="admin", help="'' turns authentication off")
-    parser.add_argument("--password", default="admin")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the generated data")
+    parser.add_argument("--user", default="admin", help="user name; '' turns authentication off")
+    parser.add_argument("--password", default="admin", help="password of --user")
     parser.add_argument(
         "--user-tz", default="America/Los_Angeles", help="time zone of the user (display values)"
     )

@@ -69,6 +69,7 @@ async def test_everything_passes_and_nothing_is_created(
         "config valid",
         "Kafka reachable",
         f"offsets topic {seeded.offsets_topic!r} compacted or creatable",
+        "ServiceNow reachable",
         "ServiceNow credentials accepted",
         "table incident readable",
         "table incident cursor fields visible",
@@ -216,7 +217,7 @@ async def test_command_exits_0_with_one_line_per_check(seeded: Env) -> None:
     code, out, _err = await _cli(config)
     assert code == 0, out
     lines = [line for line in out.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")]
-    assert len(lines) == 9
+    assert len(lines) == 10
     assert lines[0].startswith("PASS  config valid")
     assert lines[-1].startswith("WARN  integration user's time zone")
 

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import ClientSession
 from structlog.testing import capture_logs
 
+from snowsource import __version__
 from snowsource.api.rest import (
     ALTERED_MESSAGE,
     MUST_BE_STOPPED_MESSAGE,
@@ -153,8 +154,11 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         assert status == 200
         assert state["name"] == name
         assert state["type"] == "source"
-        assert state["connector"] == {"state": "RUNNING", "worker_id": worker}
-        assert state["tasks"] == [{"id": 0, "state": "RUNNING", "worker_id": worker}]
+        running_state = {"state": "RUNNING", "worker_id": worker, "version": __version__}
+        assert state["connector"] == running_state
+        assert state["tasks"] == [
+            {"id": 0, "state": "RUNNING", "worker_id": worker, "version": __version__}
+        ]
         table = state["tables"]["incident"]
         last = cursor_order(env.emu.rows("incident"))[-1]
         assert table["state"] == "RUNNING"
@@ -205,7 +209,7 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         )
         assert await call(http, "PUT", f"{root}/connectors/nope/stop") == (
             404,
-            {"error_code": 404, "message": "Connector nope not found"},
+            {"error_code": 404, "message": "Unknown connector nope"},
         )
         status, error = await call(http, "GET", f"{root}/no/such/route")
         assert (status, error["error_code"]) == (404, 404)
@@ -247,7 +251,9 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         status, state = await call(http, "GET", f"{url}/status")
         assert status == 200
         assert state["connector"]["state"] == "PAUSED"
-        assert state["tasks"] == [{"id": 0, "state": "PAUSED", "worker_id": worker}]
+        assert state["tasks"] == [
+            {"id": 0, "state": "PAUSED", "worker_id": worker, "version": __version__}
+        ]
         assert state["tables"]["incident"]["state"] == "PAUSED"
         assert state["tables"]["incident"]["committed"] == committed.as_dict()
         assert daemon.pollers == {}

@@ -19,6 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "adapters": {"core", "runtime", "observability"},
     "engine": {"core", "config", "runtime", "adapters", "observability"},
     "api": {"core", "config", "runtime", "adapters", "observability", "engine"},
+    # The demo drives the daemon as a process; it reads Kafka and ServiceNow itself.
+    "demo": {"core", "config", "runtime", "adapters", "observability"},
 }
 
 
