@@ -29,6 +29,8 @@ _CURSOR_FIELD_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _TOPIC_MAX_LENGTH: Final = 249
+# A broker host: a name, an IPv4 address, or an IPv6 address (bracketed or not).
+_BROKER_HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._:-]+)$")
 TABLE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -288,7 +290,12 @@ def check_servers(value: str) -> str:
         raise ValueError("must be host:port[,host:port...], e.g. localhost:9092")
     for server in servers:
         host, sep, port = server.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        if (
+            not sep
+            or not _BROKER_HOST_RE.match(host)
+            or not port.isdigit()
+            or not 0 < int(port) <= 65535
+        ):
             raise ValueError(f"{server!r} is not host:port (e.g. localhost:9092)")
     return ",".join(servers)
 

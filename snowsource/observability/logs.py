@@ -14,6 +14,8 @@ from typing import Any
 
 import structlog
 
+from snowsource.config.redaction import RedactedConfig
+
 _SECRETS: set[str] = set()
 _REDACTED = "***"
 
@@ -24,6 +26,10 @@ def register_secrets(values: Iterable[str | None]) -> None:
 
 
 def _scrub(value: Any) -> Any:
+    if isinstance(value, RedactedConfig):
+        # Masked key by key already; scrubbing values would also blank a username that
+        # equals a password (admin/admin), and the username is not a secret.
+        return value
     if isinstance(value, str):
         for secret in _SECRETS:
             if secret in value:
