@@ -4,7 +4,9 @@ PyYAML shares the node of an anchor between its aliases, so a 600-byte file of n
 ("billion laughs") composes instantly but expands to billions of nodes for whoever walks the
 result — the duplicate-key check, pydantic, the effective-config log. The loader counts the
 expanded size while composing (each node's size is remembered, so the count itself costs one
-pass over the text) and stops at the first alias past ``MAX_EXPANDED_NODES``.
+pass over the text) and stops at the first alias past ``MAX_EXPANDED_NODES``. Nesting is bounded
+too: the composer recurses per level, and a file of ten thousand ``[`` would otherwise end in a
+RecursionError instead of a message.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from snowsource.config.problems import ConfigFileNotFoundError
 from snowsource.core.errors import ConfigError
 
 MAX_EXPANDED_NODES: Final = 10_000
+# A configuration is six levels deep; a hundred leaves room for lists of mappings.
+MAX_DEPTH: Final = 100
 CONFIG_HINT: Final = "pass --config PATH or set SNOWSOURCE_CONFIG"
 
 
-class _ExpansionTooLargeError(Exception):
-    def __init__(self, line: int, *, recursive: bool) -> None:
-        super().__init__(line)
+class _RefusedError(Exception):
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(line, reason)
         self.line = line
-        self.recursive = recursive
+        self.reason = reason
 
 
 class _Loader(yaml.SafeLoader):
@@ -37,26 +41,44 @@ class _Loader(yaml.SafeLoader):
         self._sizes: dict[int, int] = {}
         self._expanded = 0
         self._aliases = 0
+        self._depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
-        node = super().compose_node(parent, index)
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        # The composer recurses per level: refuse deep nesting before Python's stack does.
+        if self._depth >= MAX_DEPTH:
+            raise _RefusedError(
+                line, f"nested more than {MAX_DEPTH} levels deep (a configuration needs six)"
+            )
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
         if node is None:
             return None
-        line = event.start_mark.line + 1 if event.start_mark is not None else 0
         if isinstance(event, AliasEvent):
             self._aliases += 1
             size = self._sizes.get(id(node))
             if size is None:
                 # The anchor is still being composed: the alias sits inside its own anchor.
-                raise _ExpansionTooLargeError(line, recursive=True)
+                raise _RefusedError(
+                    line,
+                    "an alias refers to its own anchor (a recursive structure): "
+                    "write the values out",
+                )
             self._expanded += size
         else:
             self._expanded += 1
             self._sizes[id(node)] = 1 + sum(self._sizes[id(child)] for child in _children(node))
         # Without aliases the count is the size of the text, which is not what is bounded.
         if self._aliases and self._expanded > MAX_EXPANDED_NODES:
-            raise _ExpansionTooLargeError(line, recursive=False)
+            raise _RefusedError(
+                line,
+                f"anchors and aliases expand to more than {MAX_EXPANDED_NODES} nodes: "
+                "write the values out",
+            )
         return node
 
 
@@ -116,14 +138,9 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         node = loader.get_single_node()
         _duplicate_keys(node, (), problems)
         document = loader.construct_document(node) if node is not None else None
-    except _ExpansionTooLargeError as exc:
-        what = (
-            "an alias refers to its own anchor (a recursive structure)"
-            if exc.recursive
-            else f"anchors and aliases expand to more than {MAX_EXPANDED_NODES} nodes"
-        )
+    except _RefusedError as exc:
         raise ConfigError(
-            [("", f"{path}: YAML refused at line {exc.line}: {what}; write the values out")]
+            [("", f"{path}: YAML refused at line {exc.line}: {exc.reason}")]
         ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

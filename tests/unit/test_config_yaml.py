@@ -85,3 +85,20 @@ def test_merge_keys_still_work(tmp_path: Path) -> None:
     assert cfg.tables["problem"].batch_size == 50
     assert cfg.tables["problem"].query == "active=true"
     assert cfg.tables["problem"].name == "problem"
+
+
+@pytest.mark.parametrize("depth", [101, 100_000])
+def test_deep_nesting_is_refused_naming_the_line(tmp_path: Path, depth: int) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(HEADER + "  tables:\n    incident:\n      fields: " + "[" * depth + "]" * depth)
+    message, line = _refusal(path)
+    assert "levels deep" in message
+    assert line == 6
+
+
+def test_nesting_within_the_bound_reaches_validation(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(HEADER + "  tables:\n    incident:\n      fields: " + "[" * 90 + "]" * 90)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert "snow.tables.incident.fields[0]" in dict(info.value.problems)
