@@ -93,6 +93,8 @@ class Section(BaseModel):
         validate_by_alias=True,
         validate_by_name=False,
         serialize_by_alias=True,
+        # A ValidationError printed as is (Settings built directly) must not quote a secret.
+        hide_input_in_errors=True,
     )
 
 

@@ -15,8 +15,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from snowsource.config.settings import load_config, mask_userinfo, redacted_dict
+from snowsource.config.settings import Settings, load_config, mask_userinfo, redacted_dict
 from snowsource.core.errors import ConfigError
 from snowsource.observability import logs
 
@@ -184,3 +185,11 @@ def test_effective_configuration_log_masks_secrets_only(
     assert event["config"]["snow"]["auth"]["password"] == "***"
     # Everything else still goes through the value scrubber.
     assert event["note"] == "*** x"
+
+
+def test_settings_built_directly_do_not_quote_inputs_in_their_errors() -> None:
+    doc = _doc({("snow", "url"): URL_IN_USERINFO, ("snow", "auth", "pasword"): SECRET})
+    with pytest.raises(ValidationError) as info:
+        Settings(**doc)
+    assert "snow.url" in str(info.value)
+    _assert_clean(str(info.value))
