@@ -245,6 +245,12 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
     ),
     ("name-chars", {(*T, "name"): "inc/ident"}, "snow.tables.incident.name", "A-Z a-z 0-9 _"),
     (
+        "alias-is-no-key",
+        {(*T, "alias"): "other"},
+        "snow.tables.incident.alias",
+        "its key under snow.tables",
+    ),
+    (
         "fields-item",
         {(*T, "fields"): ["number", "bad field"]},
         "snow.tables.incident.fields[1]",
