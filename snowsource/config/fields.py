@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -16,16 +15,17 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_core import PydanticCustomError
 
+from snowsource.core.cursor import is_valid_ts
 from snowsource.core.query import has_orderby
 
 FILE_SUFFIX: Final = ".file"
-TIMESTAMP_FORMAT: Final = "%Y-%m-%d %H:%M:%S"
 # The error type our own validators raise to report several keys below the validated model.
 PROBLEMS_ERROR: Final = "snowsource_config_problems"
 
 _ALIAS_RE = re.compile(r"^[a-z0-9_]+$")
 _FIELD_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 _CURSOR_FIELD_RE = re.compile(r"^[A-Za-z0-9_]+$")
+# The shape alone, to tell a typo from an impossible date; core.cursor holds the rule.
 _TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _TOPIC_MAX_LENGTH: Final = 249
@@ -302,13 +302,11 @@ def check_servers(value: str) -> str:
 
 def _check_start_timestamp(value: str) -> str:
     hint = "must be exactly 'YYYY-MM-DD HH:MM:SS' in UTC, e.g. '1970-01-01 00:00:00'"
-    if not _TIMESTAMP_RE.match(value):
-        raise ValueError(hint)
-    try:
-        datetime.strptime(value, TIMESTAMP_FORMAT)
-    except ValueError:
-        raise ValueError(f"{hint}; this is not a real date and time") from None
-    return value
+    if is_valid_ts(value):
+        return value
+    if _TIMESTAMP_RE.match(value):
+        raise ValueError(f"{hint}; this is not a real date and time")
+    raise ValueError(hint)
 
 
 def _check_query(value: str) -> str:

@@ -9,10 +9,9 @@ pydantic's errors into the user's key paths is ``problems.py``'s.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Annotated, Any, Final
-from urllib.parse import urlsplit
 
 from aiokafka import codec as aiokafka_codec
 from pydantic import (
@@ -30,7 +29,6 @@ from pydantic import (
 
 from snowsource.config.fields import (
     TABLE_NAME_RE,
-    TIMESTAMP_FORMAT,
     AuthType,
     BatchSize,
     BrokerDefaultInt,
@@ -75,6 +73,8 @@ from snowsource.config.fields import (
     required,
     stringify_configs,
 )
+from snowsource.core.cursor import parse_ts
+from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
 
 
@@ -237,19 +237,7 @@ class TableConfig(Section):
     @property
     def start_datetime(self) -> datetime:
         """``start.timestamp`` as an aware UTC datetime."""
-        return datetime.strptime(self.start_timestamp, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
-
-
-def instance_of(url: str) -> str:
-    """Host of ``snow.url`` in lower case, with the port only when it is not the scheme's."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    default_port = 443 if parts.scheme.lower() == "https" else 80
-    if parts.port is not None and parts.port != default_port:
-        return f"{host}:{parts.port}"
-    return host
+        return parse_ts(self.start_timestamp)
 
 
 class SnowConfig(Section):
@@ -268,7 +256,7 @@ class SnowConfig(Section):
         if not tables:
             raise ValueError("at least one table is required (alias: {name: <table>})")
         url = info.data.get("url")
-        instance = instance_of(url) if isinstance(url, str) else ""
+        instance = instance_from_url(url) if isinstance(url, str) else ""
         seen: dict[tuple[str, str, str, str, bool], str] = {}
         clashes: list[tuple[str, str]] = []
         for alias, table in tables.items():
@@ -297,7 +285,7 @@ class SnowConfig(Section):
     @property
     def instance(self) -> str:
         """The ``instance`` of every source partition: ``host`` or ``host:port``."""
-        return instance_of(self.url)
+        return instance_from_url(self.url)
 
     @property
     def token_url(self) -> str:
