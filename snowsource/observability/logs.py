@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import structlog
 
+from snowsource.config.redaction import RedactedConfig
 from snowsource.observability.redact import REDACTED, redact_value, register_secrets
 
 __all__ = [
@@ -68,10 +69,13 @@ def redact_secrets(
 ) -> MutableMapping[str, Any]:
     """structlog processor: blank credential-named keys, redact every other value."""
     for key in list(event_dict):
+        value = event_dict[key]
         if key.lower() in _SECRET_KEYS:
             event_dict[key] = REDACTED
-        else:
-            event_dict[key] = redact_value(event_dict[key])
+        elif not isinstance(value, RedactedConfig):
+            # A RedactedConfig is masked key by key already; scrubbing its values again would
+            # blank a username that equals a password (admin/admin), and a username is no secret.
+            event_dict[key] = redact_value(value)
     return event_dict
 
 

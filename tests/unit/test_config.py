@@ -142,6 +142,12 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "name": "servicenow-source",
         "tasks.max": 1,
         "task.id": 0,
+        "tasks.assignment": "static",
+        "group.session.timeout.ms": 10000,
+        "exactly.once": False,
+        "value.format": "string",
+        "value.schema": "none",
+        "health.unready.after.seconds": 300,
         "batch.size": 1000,
         "poll.interval.ms": 5000,
         "overlap.seconds": 10,
@@ -174,6 +180,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "max.concurrent.requests": 8,
         "retry.initial.backoff.ms": 500,
         "retry.max.backoff.ms": 30000,
+        "max.response.bytes": 67108864,
         "proxy.url": None,
         "ca.file": None,
     }
@@ -189,10 +196,13 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "display.value": "false",
         "exclude.reference.link": True,
         "start.timestamp": "1970-01-01 00:00:00",
+        "deletes": "none",
         "batch.size": 1000,
         "poll.interval.ms": 5000,
         "overlap.seconds": 10,
         "safety.lag.seconds": 2,
+        "value.format": "string",
+        "value.schema": "none",
     }
     assert dumped["kafka"] == {
         "bootstrap.servers": "localhost:9092",
@@ -234,6 +244,12 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         "missing",
     ),
     ("name-chars", {(*T, "name"): "inc/ident"}, "snow.tables.incident.name", "A-Z a-z 0-9 _"),
+    (
+        "alias-is-no-key",
+        {(*T, "alias"): "other"},
+        "snow.tables.incident.alias",
+        "its key under snow.tables",
+    ),
     (
         "fields-item",
         {(*T, "fields"): ["number", "bad field"]},

@@ -1,0 +1,519 @@
+"""The configuration model: frozen pydantic models keyed by the YAML keys.
+
+Field names are the YAML keys with ``_`` for ``.`` (``tasks_max`` is ``tasks.max``): one alias
+generator gives every field its key, and only the keys are accepted as input. Values are
+validated here; reading the file and the environment is ``sources.py``'s business, and turning
+pydantic's errors into the user's key paths is ``problems.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from functools import cache
+from typing import Annotated, Any, Final
+
+from aiokafka import codec as aiokafka_codec
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from snowsource.config.fields import (
+    TABLE_NAME_RE,
+    AuthType,
+    BatchSize,
+    BrokerDefaultInt,
+    CompressionType,
+    CursorField,
+    Deletes,
+    DisplayValue,
+    FieldName,
+    InstanceUrl,
+    LogFormat,
+    LogLevel,
+    NonEmptyStr,
+    NonNegativeInt,
+    OAuthGrantType,
+    OptionalPath,
+    OptionalProxyUrl,
+    OptionalStr,
+    OptionalUrl,
+    PositiveFloat,
+    PositiveInt,
+    Query,
+    QueryCategory,
+    ReplicationFactor,
+    SaslMechanism,
+    Secret,
+    SecurityProtocol,
+    StartTimestamp,
+    TableAlias,
+    TasksAssignment,
+    TopicName,
+    TopicPrefix,
+    ValueFormat,
+    ValueFormatKey,
+    ValueSchema,
+    ValueSchemaKey,
+    case_insensitive,
+    check_servers,
+    display_value_word,
+    empty_to_none,
+    join_servers,
+    problems_error,
+    required,
+    stringify_configs,
+)
+from snowsource.core.cursor import parse_ts
+from snowsource.core.offsets_codec import instance_from_url
+from snowsource.core.query import normalise_query
+
+
+def yaml_key(field_name: str) -> str:
+    """The YAML key of a field: ``connect_timeout_ms`` is ``connect.timeout.ms``."""
+    return field_name.replace("_", ".")
+
+
+class Section(BaseModel):
+    """Base of every section: frozen, unknown keys rejected, YAML keys (aliases) only."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=yaml_key,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        # A ValidationError printed as is (Settings built directly) must not quote a secret.
+        hide_input_in_errors=True,
+    )
+
+
+class HttpConfig(Section):
+    """``snow.http``: timeouts, concurrency, retry knobs and limits of the ServiceNow client."""
+
+    connect_timeout_ms: PositiveInt = 10000
+    request_timeout_ms: PositiveInt = 60000
+    max_concurrent_requests: PositiveInt = 8
+    retry_initial_backoff_ms: PositiveInt = 500
+    retry_max_backoff_ms: PositiveInt = Field(30000, validate_default=True)
+    # A body larger than this is a retriable error that halves the page size (64 MiB).
+    max_response_bytes: PositiveInt = 67108864
+    # May carry proxy credentials: kept out of repr, and redacted_dict masks the password.
+    proxy_url: OptionalProxyUrl = Field(None, repr=False)
+    ca_file: OptionalPath = None
+
+    @field_validator("retry_max_backoff_ms")
+    @classmethod
+    def _max_not_below_initial(cls, value: int, info: ValidationInfo) -> int:
+        initial = info.data.get("retry_initial_backoff_ms")
+        if initial is not None and value < initial:
+            raise ValueError(f"must be >= retry.initial.backoff.ms ({initial})")
+        return value
+
+
+_SECRET_AUTH_KEYS: Final = frozenset({"password", "oauth.client.secret", "api.key"})
+
+
+class AuthConfig(Section):
+    """``snow.auth``: how snowsource authenticates to ServiceNow."""
+
+    type: Annotated[AuthType, case_insensitive(AuthType)] = AuthType.BASIC
+    username: OptionalStr = None
+    password: Secret | None = None
+    oauth_grant_type: Annotated[OAuthGrantType, case_insensitive(OAuthGrantType)] = (
+        OAuthGrantType.CLIENT_CREDENTIALS
+    )
+    oauth_client_id: OptionalStr = None
+    oauth_client_secret: Secret | None = None
+    oauth_token_url: OptionalUrl = None
+    api_key: Secret | None = None
+
+    @model_validator(mode="after")
+    def _credentials_for_type(self) -> AuthConfig:
+        missing: list[tuple[str, str]] = []
+
+        def need(key: str, value: object, why: str) -> None:
+            if value is None:
+                missing.append((key, required(key, why, secret=key in _SECRET_AUTH_KEYS)))
+
+        if self.type is AuthType.BASIC:
+            need("username", self.username, "with type: basic")
+            need("password", self.password, "with type: basic")
+        elif self.type is AuthType.OAUTH2:
+            need("oauth.client.id", self.oauth_client_id, "with type: oauth2")
+            need("oauth.client.secret", self.oauth_client_secret, "with type: oauth2")
+            if self.oauth_grant_type is OAuthGrantType.PASSWORD:
+                need("username", self.username, "with oauth.grant.type: password")
+                need("password", self.password, "with oauth.grant.type: password")
+        else:
+            need("api.key", self.api_key, "with type: api_key (sent as x-sn-apikey)")
+        if missing:
+            raise problems_error(missing)
+        return self
+
+
+class TableConfig(Section):
+    """One entry of ``snow.tables`` with every per-table value resolved.
+
+    ``topic`` defaults to ``{topic.prefix}{alias}``; the keys in ``INHERITED_BY_TABLES`` fall
+    back to the top-level keys of the same name when the table does not set them — consumers
+    read them here only.
+    """
+
+    name: NonEmptyStr
+    topic: TopicName
+    query: Query = ""
+    query_domain: bool = True
+    query_category: QueryCategory = None
+    timestamp_field: CursorField = "sys_updated_on"
+    # validate_default: the default sys_id must still differ from a custom timestamp.field.
+    id_field: CursorField = Field("sys_id", validate_default=True)
+    fields: Annotated[list[FieldName], BeforeValidator(lambda v: [] if v is None else v)] = Field(
+        default_factory=list
+    )
+    display_value: Annotated[DisplayValue, BeforeValidator(display_value_word)] = "false"
+    exclude_reference_link: bool = True
+    start_timestamp: StartTimestamp = "1970-01-01 00:00:00"
+    deletes: Annotated[Deletes, case_insensitive(Deletes)] = Deletes.NONE
+    batch_size: BatchSize = 1000
+    poll_interval_ms: PositiveInt = 5000
+    overlap_seconds: NonNegativeInt = 10
+    safety_lag_seconds: NonNegativeInt = 2
+    value_format: ValueFormatKey = ValueFormat.STRING
+    value_schema: ValueSchemaKey = ValueSchema.NONE
+    # The key of this table under snow.tables: not a YAML key, filled in by SnowConfig.
+    alias: str = Field("", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _alias_is_not_a_key(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "alias" in data:
+            raise problems_error(
+                [("alias", "unknown key: a table's alias is its key under snow.tables")]
+            )
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not TABLE_NAME_RE.match(value):
+            raise ValueError("a table or view name may only contain A-Z a-z 0-9 _")
+        return value
+
+    @field_validator("id_field")
+    @classmethod
+    def _cursor_fields_differ(cls, value: str, info: ValidationInfo) -> str:
+        if value == info.data.get("timestamp_field"):
+            raise ValueError("must differ from timestamp.field (the cursor needs two fields)")
+        return value
+
+    @model_validator(mode="after")
+    def _audit_needs_the_table_itself(self) -> TableConfig:
+        # sys_audit_delete records deletions of tables; a view's rows are never deleted as
+        # such, and its documentkey would not be the view's prefixed id.
+        if self.deletes is Deletes.AUDIT and self.id_field != "sys_id":
+            raise problems_error(
+                [
+                    (
+                        "deletes",
+                        f"audit is not possible for a table read through a database view "
+                        f"(id.field is {self.id_field!r}, not 'sys_id'): use deletes: none, or "
+                        "add an alias for the base table itself with deletes: audit",
+                    )
+                ]
+            )
+        return self
+
+    @property
+    def start_datetime(self) -> datetime:
+        """``start.timestamp`` as an aware UTC datetime."""
+        return parse_ts(self.start_timestamp)
+
+
+class SnowConfig(Section):
+    """``snow``: the instance, its credentials, HTTP client settings and the tables to stream."""
+
+    url: InstanceUrl
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    tables: dict[TableAlias, TableConfig] = Field(default_factory=dict, validate_default=True)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(
+        cls, tables: dict[str, TableConfig], info: ValidationInfo
+    ) -> dict[str, TableConfig]:
+        if not tables:
+            raise ValueError("at least one table is required (alias: {name: <table>})")
+        url = info.data.get("url")
+        instance = instance_from_url(url) if isinstance(url, str) else ""
+        seen: dict[tuple[str, str, str, str, bool], str] = {}
+        clashes: list[tuple[str, str]] = []
+        for alias, table in tables.items():
+            # The fields of the source partition: equal tuples share one offset.
+            partition = (
+                instance,
+                table.name,
+                table.timestamp_field,
+                normalise_query(table.query),
+                table.query_domain,
+            )
+            other = seen.setdefault(partition, alias)
+            if other != alias:
+                clashes.append(
+                    (
+                        alias,
+                        f"resolves to the same source partition as {other!r} (same instance, "
+                        "table name, timestamp.field, normalised query and query.domain): the two "
+                        "would overwrite each other's offsets; change one query or drop one alias",
+                    )
+                )
+        if clashes:
+            raise problems_error(clashes)
+        return {alias: table.model_copy(update={"alias": alias}) for alias, table in tables.items()}
+
+    @property
+    def instance(self) -> str:
+        """The ``instance`` of every source partition: ``host`` or ``host:port``."""
+        return instance_from_url(self.url)
+
+    @property
+    def token_url(self) -> str:
+        """The OAuth token endpoint: ``oauth.token.url``, default ``{url}/oauth_token.do``."""
+        return self.auth.oauth_token_url or f"{self.url}/oauth_token.do"
+
+
+class KafkaConfig(Section):
+    """``kafka``: the producer and admin client connection."""
+
+    bootstrap_servers: Annotated[
+        str, BeforeValidator(join_servers), AfterValidator(check_servers)
+    ] = "localhost:9092"
+    security_protocol: Annotated[SecurityProtocol, case_insensitive(SecurityProtocol)] = (
+        SecurityProtocol.PLAINTEXT
+    )
+    sasl_mechanism: Annotated[
+        SaslMechanism | None,
+        BeforeValidator(empty_to_none),
+        case_insensitive(SaslMechanism),
+    ] = None
+    sasl_username: OptionalStr = None
+    sasl_password: Secret | None = None
+    ssl_cafile: OptionalPath = None
+    ssl_certfile: OptionalPath = None
+    ssl_keyfile: OptionalPath = None
+    compression_type: Annotated[
+        CompressionType,
+        BeforeValidator(lambda v: "none" if v is None else v),
+        case_insensitive(CompressionType),
+    ] = CompressionType.NONE
+    linger_ms: NonNegativeInt = 5
+    max_request_size: PositiveInt = 1048576
+    startup_timeout_seconds: PositiveFloat = 60.0
+
+    @model_validator(mode="after")
+    def _codec_installed(self) -> KafkaConfig:
+        # snappy, lz4 and zstd need aiokafka's optional extras; find out now, not at first send.
+        codec = self.compression_type.value
+        available = {
+            "gzip": aiokafka_codec.has_gzip,
+            "snappy": aiokafka_codec.has_snappy,
+            "lz4": aiokafka_codec.has_lz4,
+            "zstd": aiokafka_codec.has_zstd,
+        }.get(codec)
+        if available is not None and not available():
+            raise problems_error(
+                [
+                    (
+                        "compression.type",
+                        f"{codec} needs aiokafka's optional extra: "
+                        f"pip install 'aiokafka[{codec}]' (or use gzip or none)",
+                    )
+                ]
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaConfig:
+        if self.security_protocol not in (
+            SecurityProtocol.SASL_PLAINTEXT,
+            SecurityProtocol.SASL_SSL,
+        ):
+            return self
+        why = f"with security.protocol: {self.security_protocol.value}"
+        missing = [
+            (key, required(key, why, secret=key == "sasl.password"))
+            for key, value in (
+                ("sasl.mechanism", self.sasl_mechanism),
+                ("sasl.username", self.sasl_username),
+                ("sasl.password", self.sasl_password),
+            )
+            if value is None
+        ]
+        if missing:
+            raise problems_error(missing)
+        return self
+
+
+class RestConfig(Section):
+    """``rest``: the Kafka Connect compatible REST API."""
+
+    enabled: bool = True
+    host: NonEmptyStr = "127.0.0.1"
+    # 0 asks the OS for a free port (tests); anything else is the listening port.
+    port: Annotated[int, Field(ge=0, le=65535)] = 8083
+    auth_token: Secret | None = None
+
+
+class LogConfig(Section):
+    """``log``: output format and level."""
+
+    format: Annotated[LogFormat, case_insensitive(LogFormat)] = LogFormat.AUTO
+    level: Annotated[LogLevel, case_insensitive(LogLevel, {"warn": "WARNING"})] = LogLevel.INFO
+
+
+# The top-level keys a table inherits when it does not set them itself.
+INHERITED_BY_TABLES: Final = (
+    "batch.size",
+    "poll.interval.ms",
+    "overlap.seconds",
+    "safety.lag.seconds",
+    "value.format",
+    "value.schema",
+)
+_DEFAULT_TOPIC_PREFIX: Final = "servicenow."
+
+
+class Settings(Section):
+    """The whole validated, frozen configuration (the root of the YAML file).
+
+    Built directly, it validates only its keyword arguments (YAML keys); ``load_config`` is
+    what reads the file, the environment and secret files.
+    """
+
+    name: NonEmptyStr = "servicenow-source"
+    tasks_max: PositiveInt = 1
+    task_id: NonNegativeInt = 0
+    tasks_assignment: Annotated[TasksAssignment, case_insensitive(TasksAssignment)] = (
+        TasksAssignment.STATIC
+    )
+    group_session_timeout_ms: PositiveInt = 10000
+    exactly_once: bool = False
+    snow: SnowConfig
+    batch_size: BatchSize = 1000
+    poll_interval_ms: PositiveInt = 5000
+    overlap_seconds: NonNegativeInt = 10
+    safety_lag_seconds: NonNegativeInt = 2
+    value_format: ValueFormatKey = ValueFormat.STRING
+    value_schema: ValueSchemaKey = ValueSchema.NONE
+    dedup_max_entries: PositiveInt = 200000
+    shutdown_timeout_seconds: PositiveFloat = 30.0
+    health_unready_after_seconds: PositiveFloat = 300.0
+    topic_prefix: TopicPrefix = _DEFAULT_TOPIC_PREFIX
+    topic_creation_enable: bool = True
+    topic_creation_partitions: BrokerDefaultInt = -1
+    topic_creation_replication_factor: ReplicationFactor = -1
+    topic_creation_configs: Annotated[dict[str, str], BeforeValidator(stringify_configs)] = Field(
+        default_factory=dict
+    )
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    offset_storage_topic: TopicName = "snowsource-offsets"
+    offset_storage_partitions: PositiveInt = 25
+    offset_storage_replication_factor: ReplicationFactor = -1
+    rest: RestConfig = Field(default_factory=RestConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_table_defaults(cls, data: Any) -> Any:
+        """Give every table its topic and the top-level values it does not override."""
+        if not isinstance(data, Mapping):
+            return data
+        snow = data.get("snow")
+        tables = snow.get("tables") if isinstance(snow, Mapping) else None
+        if not isinstance(snow, Mapping) or not isinstance(tables, Mapping):
+            return data
+        inherited: dict[str, Any] = {}
+        for key in INHERITED_BY_TABLES:
+            # An invalid top-level value is reported once, at its own key, not again per table.
+            if data.get(key) is not None and _valid_root_value(key, data[key]):
+                inherited[key] = data[key]
+        prefix = data.get("topic.prefix", _DEFAULT_TOPIC_PREFIX)
+        if not isinstance(prefix, str) or not _valid_root_value("topic.prefix", prefix):
+            prefix = _DEFAULT_TOPIC_PREFIX
+        resolved: dict[Any, Any] = {}
+        for alias, raw in tables.items():
+            table = raw
+            if isinstance(raw, Mapping):
+                # An explicit null means "not set here": inherit like an absent key.
+                table = {
+                    k: v for k, v in raw.items() if v is not None or k not in INHERITED_BY_TABLES
+                }
+                for key, value in inherited.items():
+                    table.setdefault(key, value)
+                if table.get("topic") is None and isinstance(alias, str):
+                    table["topic"] = f"{prefix}{alias}"
+            resolved[alias] = table
+        return {**data, "snow": {**snow, "tables": resolved}}
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_in_range(cls, value: int, info: ValidationInfo) -> int:
+        tasks_max = info.data.get("tasks_max")
+        if tasks_max is not None and value >= tasks_max:
+            raise ValueError(f"must be in [0, tasks.max) = [0, {tasks_max - 1}]")
+        return value
+
+    @model_validator(mode="after")
+    def _static_keys_only_with_static(self) -> Settings:
+        if self.tasks_assignment is not TasksAssignment.GROUP:
+            return self
+        clashes = [
+            (
+                yaml_key(name),
+                "must not be set with tasks.assignment: group (the consumer group spreads the "
+                "tables over the running processes): remove it, or use tasks.assignment: static",
+            )
+            for name in ("tasks_max", "task_id")
+            if name in self.model_fields_set
+        ]
+        if clashes:
+            raise problems_error(clashes)
+        return self
+
+    @property
+    def tables(self) -> dict[str, TableConfig]:
+        """``snow.tables``: alias -> table, in file order (tables only in the environment last)."""
+        return self.snow.tables
+
+
+@cache
+def _root_adapters() -> dict[str, TypeAdapter[Any]]:
+    # The same types as the Settings fields of these keys.
+    return {
+        "batch.size": TypeAdapter(BatchSize),
+        "poll.interval.ms": TypeAdapter(PositiveInt),
+        "overlap.seconds": TypeAdapter(NonNegativeInt),
+        "safety.lag.seconds": TypeAdapter(NonNegativeInt),
+        "value.format": TypeAdapter(ValueFormatKey),
+        "value.schema": TypeAdapter(ValueSchemaKey),
+        "topic.prefix": TypeAdapter(TopicPrefix),
+    }
+
+
+def _valid_root_value(key: str, value: Any) -> bool:
+    try:
+        _root_adapters()[key].validate_python(value)
+    except ValidationError:
+        return False
+    return True

@@ -1,0 +1,123 @@
+"""From pydantic's errors to the user's problems: ``(dotted key path, what is allowed)``.
+
+A value is echoed back (``(got 'yesterday')``) only where that is safe: never for a secret key,
+never for a key the model does not know (it may be a misspelt secret: ``pasword: hunter2``),
+never for a whole section that holds secrets, and URLs always with their userinfo masked.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from snowsource.config.fields import PROBLEMS_ERROR
+from snowsource.config.redaction import mask_userinfo
+from snowsource.config.schema import (
+    Loc,
+    aliased_loc,
+    dict_model_of,
+    field_at,
+    holds_secret,
+    is_secret,
+    keys_with_files,
+    model_at,
+    model_of,
+)
+from snowsource.core.errors import ConfigError
+
+
+class ConfigFileNotFoundError(ConfigError):
+    """The config file does not exist: said as such, not as an invalid configuration."""
+
+    def __init__(self, path: Path, hint: str) -> None:
+        self.path = path
+        super().__init__([("", f"config file not found: {path} ({hint})")])
+
+    def __str__(self) -> str:
+        return self.problems[0][1]
+
+
+def dotted(loc: Iterable[str | int]) -> str:
+    """``('snow', 'tables', 'incident', 'fields', 1)`` as ``snow.tables.incident.fields[1]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out = f"{out}.{part}" if out else part
+    return out
+
+
+def _may_echo(loc: Loc) -> bool:
+    """Whether the value at ``loc`` may be shown in an error."""
+    if not loc:
+        return False
+    info = field_at(loc)
+    if info is None:
+        # An unknown key (maybe a misspelt secret) is never shown; a table alias or an item
+        # of a list of names is.
+        parent = field_at(loc[:-1])
+        if parent is None or is_secret(parent.annotation):
+            return False
+        return isinstance(loc[-1], int) or dict_model_of(parent.annotation) is not None
+    if is_secret(info.annotation):
+        return False
+    section = model_of(info.annotation) or dict_model_of(info.annotation)
+    return section is None or not holds_secret(section)
+
+
+def _describe(error: Mapping[str, Any], loc: Loc) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        model = model_at(loc[:-1])
+        if model is None:
+            return "unknown key"
+        allowed = keys_with_files(model)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        suggestion = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key: {suggestion}allowed here: {', '.join(allowed)}"
+    message = str(error["msg"])
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = "must be a mapping (a YAML section of keys)"
+    elif kind == "list_type":
+        message = "must be a list (in YAML: [a, b] or one '- item' per line)"
+    elif kind == "string_type" and isinstance(error.get("input"), int | float | bool):
+        message = "must be a string: quote the value in YAML"
+    given = error.get("input")
+    if kind != "string_type" and isinstance(given, str | int | float | bool) and _may_echo(loc):
+        shown = mask_userinfo(given) if isinstance(given, str) else given
+        message += f" (got {shown!r})"
+    return message
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """Every error of ``exc`` as ``(key path, message)``, in pydantic's order."""
+    problems: list[tuple[str, str]] = []
+    for error in exc.errors(include_url=False):
+        loc: Loc = tuple(error["loc"])
+        if loc and loc[-1] == "[key]":
+            # A dict key (a table alias) failed: report it at the alias itself.
+            loc = loc[:-1]
+        if error["type"] != "extra_forbidden":
+            # An unknown key is the user's own spelling (maybe a field name): keep it.
+            loc = aliased_loc(loc)
+        if error["type"] == PROBLEMS_ERROR:
+            for sub, message in error["ctx"]["problems"]:
+                problems.append((dotted((*loc, sub)), message))
+            continue
+        problems.append((dotted(loc), _describe(error, loc)))
+    return problems
+
+
+def safe_problems(problems: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Problems without repeats, any URL credentials in them masked (the last line of defence)."""
+    unique = dict.fromkeys((path, mask_userinfo(message)) for path, message in problems)
+    return list(unique)
