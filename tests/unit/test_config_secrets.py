@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from snowsource.config.settings import Settings, load_config, mask_userinfo, redacted_dict
 from snowsource.core.errors import ConfigError
 from snowsource.observability import logs
+from snowsource.observability import redact as redact_module
 
 USER = "integration.user"
 # Characters that URL parsers split on (':', '@', '/', '#') so a half-masked URL would show.
@@ -166,21 +167,22 @@ def test_mask_userinfo(given: str, shown: str) -> None:
     assert mask_userinfo(given) == shown
 
 
-def test_effective_configuration_log_masks_secrets_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_effective_configuration_log_masks_secrets_only(tmp_path: Path) -> None:
     # The emulator's defaults: the username equals the password.
     doc = _doc({("snow", "auth", "username"): "admin", ("snow", "auth", "password"): "admin"})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(doc))
     cfg = load_config(path, env={}).settings
-    monkeypatch.setattr(logs, "_SECRETS", set())
-    logs.register_secrets(["admin"])
-    event = logs.redact_secrets(
-        None,
-        "info",
-        {"event": "effective configuration", "config": redacted_dict(cfg), "note": "admin x"},
-    )
+    redact_module._forget_all()
+    try:
+        logs.register_secrets(["admin"])
+        event = logs.redact_secrets(
+            None,
+            "info",
+            {"event": "effective configuration", "config": redacted_dict(cfg), "note": "admin x"},
+        )
+    finally:
+        redact_module._forget_all()
     assert event["config"]["snow"]["auth"]["username"] == "admin"
     assert event["config"]["snow"]["auth"]["password"] == "***"
     # Everything else still goes through the value scrubber.
