@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -37,3 +38,20 @@ class LocalBroker:
 def unique(prefix: str) -> str:
     """A name no other test uses (topics, connector names, groups)."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def free_broker_port() -> int:
+    """A listener port that is free, with its controller port (``+1000``) free too."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 1000 > 65535:
+            continue
+        with socket.socket() as c:
+            try:
+                c.bind(("127.0.0.1", port + 1000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports for a second broker")

@@ -16,16 +16,35 @@ from typing import Any
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
 from aiokafka.helpers import create_ssl_context
 
 from snowsource.core.errors import SnowsourceError
+from snowsource.runtime.deadline import Deadline
 
 log = structlog.get_logger(__name__)
 
 #: How long closing a Kafka client may take before we give up on it (outages must not hang
 #: shutdown).
 CLOSE_TIMEOUT_SECONDS = 10.0
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """True when the same request may succeed later (after a backoff): aiokafka's ``retriable``
+    flag, plus its client-side timeout, which is how an unreachable broker shows up."""
+    if isinstance(exc, KafkaTimeoutError | TimeoutError):
+        return True
+    return isinstance(exc, KafkaError) and bool(exc.retriable)
+
+
+async def stop_client(client: Any, what: str, deadline: Deadline | None) -> None:
+    """``client.stop()`` within ``deadline`` (and ``CLOSE_TIMEOUT_SECONDS``): during an outage
+    aiokafka would otherwise wait for its request timeout."""
+    try:
+        async with (deadline or Deadline.never()).limit(CLOSE_TIMEOUT_SECONDS):
+            await client.stop()
+    except TimeoutError:
+        log.warning(f"{what} did not close in time; abandoning it")
 
 
 class KafkaUnavailableError(SnowsourceError):

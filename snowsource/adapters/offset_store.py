@@ -18,15 +18,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import (
-    CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     TopicConfigError,
     admin_client,
     create_topic,
     describe_topic_configs,
     existing_topics,
+    stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
+from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
@@ -85,22 +86,18 @@ class OffsetStore(AsyncResource):
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""
         await self._ensure_topic()
-        producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
-        await producer.start()
-        self._producer = producer
+        # Kept before start(): a start that fails half-way has connections close() must stop.
+        self._producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
+        await self._producer.start()
         await self.load()
 
-    async def close(self) -> None:
-        """Flush pending writes and close. Safe to call more than once."""
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Flush pending writes and close within ``deadline``. Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
         if self._producer is not None:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                    await self._producer.stop()
-            except TimeoutError:
-                log.warning("offsets producer did not close in time")
+            await stop_client(self._producer, "the offsets producer", deadline)
 
     async def _ensure_topic(self) -> None:
         async with admin_client(self._conn) as admin:
@@ -137,9 +134,9 @@ class OffsetStore(AsyncResource):
             auto_offset_reset="earliest",
             isolation_level="read_uncommitted",
         )
-        await consumer.start()
         data: dict[bytes, bytes] = {}
         try:
+            await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)

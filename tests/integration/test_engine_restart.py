@@ -20,7 +20,7 @@ from tests.integration.engine import (
     running,
     write_config,
 )
-from tests.kafka_support import REPO, LocalBroker
+from tests.kafka_support import REPO, LocalBroker, free_broker_port
 
 SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 
@@ -180,7 +180,7 @@ async def test_sigterm_during_backfill_exits_0_with_offsets_committed(env: Env) 
 
 @pytest.mark.slow
 async def test_kafka_outage_of_a_few_seconds_loses_nothing(env: Env, tmp_path: Path) -> None:
-    broker = LocalBroker(port=19092, data_dir=tmp_path / "kafka")
+    broker = LocalBroker(port=free_broker_port(), data_dir=tmp_path / "kafka")
     broker.start()
     try:
         env.bootstrap = broker.bootstrap
