@@ -371,6 +371,7 @@ class RestServer(AsyncResource):
     async def _started(self) -> None:
         """Operator actions wait until the daemon started its pollers (they race it otherwise),
         but never hold up a shutdown: a start that failed never sets ``ready``."""
+        self._require_open()
         if self._daemon.ready.is_set():
             return
         ready = asyncio.create_task(self._daemon.ready.wait(), name="rest:wait-ready")

@@ -119,9 +119,7 @@ def test_random_ack_orders_never_commit_past_an_unacked_record(
     assert tracker.in_flight == n - prefix
 
 
-@given(
-    st.lists(st.tuples(st.sampled_from(["submit", "ack", "poll"]), st.integers(0, 200)))
-)
+@given(st.lists(st.tuples(st.sampled_from(["submit", "ack", "poll"]), st.integers(0, 200))))
 def test_interleaved_operations_match_a_model(ops: list[tuple[str, int]]) -> None:
     tracker: CommitTracker[int] = CommitTracker()
     generation: list[int] = []  # tickets of the current generation, in submit order
