@@ -6,9 +6,7 @@ offsets store, admin client and group membership all connect the same way.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +18,9 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsErr
 from aiokafka.helpers import create_ssl_context
 
 from snowsource.core.errors import SnowsourceError
+from snowsource.core.retry import RetryPolicy
 from snowsource.runtime.deadline import Deadline
+from snowsource.runtime.retrying import Attempt, DeadlineExceededError, retrying
 
 log = structlog.get_logger(__name__)
 
@@ -98,27 +98,35 @@ async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClie
         await admin.close()
 
 
+# Start-up probing: quick at first, then every few seconds (full jitter) until the timeout.
+_STARTUP_RETRY = RetryPolicy(0.25, 5.0)
+
+
 async def wait_for_kafka(conn: KafkaConnection, within: float) -> None:
     """Return once the cluster answers a metadata request; raise after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    delay = 0.25
-    last: BaseException | None = None
-    while True:
-        try:
-            async with asyncio.timeout(max(deadline - time.monotonic(), 0.1)):
-                async with admin_client(conn) as admin:
+    deadline = Deadline.after(within)
+
+    def warn(attempt: Attempt, delay: float) -> None:
+        log.warning(
+            "kafka not reachable yet, retrying", error=repr(attempt.error), retry_in=round(delay, 2)
+        )
+
+    try:
+        async for attempt in retrying(
+            _STARTUP_RETRY,
+            None,
+            deadline,
+            retry_if=lambda exc: isinstance(exc, KafkaError | OSError | TimeoutError),
+            on_retry=warn,
+        ):
+            with attempt:
+                async with deadline.limit(), admin_client(conn) as admin:
                     await admin.describe_cluster()
-                    return
-        except (KafkaError, OSError, TimeoutError) as exc:
-            last = exc
-        if time.monotonic() + delay >= deadline:
-            raise KafkaUnavailableError(
-                f"Kafka at {conn.bootstrap_servers} could not be reached within {within:g}s "
-                f"(kafka.startup.timeout.seconds): {last!r}"
-            )
-        log.warning("kafka not reachable yet, retrying", error=repr(last), retry_in=delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+    except DeadlineExceededError as exc:
+        raise KafkaUnavailableError(
+            f"Kafka at {conn.bootstrap_servers} could not be reached within {within:g}s "
+            f"(kafka.startup.timeout.seconds): {exc.__cause__!r}"
+        ) from None
 
 
 def _check_error(code: int, what: str) -> None:

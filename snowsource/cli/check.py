@@ -51,7 +51,9 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.query import normalise_query
-from snowsource.engine.supervisor import kafka_connection, snow_auth
+from snowsource.core.tableapi import probe_params
+from snowsource.core.timestamps import is_valid_ts
+from snowsource.engine.wiring import kafka_connection, snow_auth
 
 __all__ = [
     "KAFKA_PROBE_MAX_SECONDS",
@@ -498,21 +500,14 @@ async def _snow_checks_with(
 
 
 def _table_params(table: TableConfig, *, with_query: bool) -> dict[str, str]:
-    params = {
-        "sysparm_limit": "1",
-        "sysparm_fields": f"{table.id_field},{table.timestamp_field}",
-        "sysparm_display_value": "false",
-        "sysparm_exclude_reference_link": "true",
-        "sysparm_no_count": "false",
-    }
-    query = normalise_query(table.query)
-    if with_query and query:
-        params["sysparm_query"] = query
-    if table.query_category:
-        params["sysparm_query_category"] = table.query_category
-    if not table.query_domain:
-        params["sysparm_query_no_domain"] = "true"
-    return params
+    return probe_params(
+        id_field=table.id_field,
+        timestamp_field=table.timestamp_field,
+        query_domain=table.query_domain,
+        query_category=table.query_category,
+        query=normalise_query(table.query) if with_query else "",
+        count=True,
+    )
 
 
 async def _probe_table(client: ServiceNowClient, alias: str, table: TableConfig) -> _TableProbe:
@@ -559,7 +554,7 @@ def _cursor_result(name: str, table: TableConfig, row: dict[str, Any]) -> CheckR
             )
         elif not isinstance(value, str) or not value:
             problems.append(f"{key} {field!r} is empty (got {value!r}): a field ACL may hide it")
-        elif field == table.timestamp_field and not _is_timestamp(value):
+        elif field == table.timestamp_field and not is_valid_ts(value):
             problems.append(
                 f"{key} {field!r} = {value!r} is not a YYYY-MM-DD HH:MM:SS date/time field"
             )
@@ -575,14 +570,6 @@ def _cursor_result(name: str, table: TableConfig, row: dict[str, Any]) -> CheckR
             ),
         )
     return CheckResult(name, Status.PASS, f"{table.timestamp_field}, {table.id_field}")
-
-
-def _is_timestamp(value: str) -> bool:
-    try:
-        datetime.strptime(value, _TIMESTAMP_FORMAT)
-    except ValueError:
-        return False
-    return len(value) == 19
 
 
 def display_offsets(display: str, value: str) -> set[timedelta]:

@@ -56,14 +56,37 @@ def scope_params(query_domain: bool, query_category: str | None) -> dict[str, st
     return params
 
 
-def probe_params(spec: TableSpec) -> dict[str, str]:
-    """The smallest request about the table (one row, cursor fields only): the clock probe."""
+def probe_params(
+    *,
+    id_field: str,
+    timestamp_field: str,
+    query_domain: bool,
+    query_category: str | None = None,
+    query: str = "",
+    count: bool = False,
+) -> dict[str, str]:
+    """The smallest request about a table: one row, raw cursor fields only, optionally under
+    its (normalised) base query and with a count. The poller's clock probe and ``check``'s
+    table probes."""
     params = {
         "sysparm_limit": "1",
-        "sysparm_fields": f"{spec.timestamp_field},{spec.id_field}",
-        "sysparm_no_count": "true",
+        "sysparm_fields": f"{id_field},{timestamp_field}",
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "false" if count else "true",
         "sysparm_suppress_pagination_header": "true",
     }
-    if not spec.query_domain:
-        params["sysparm_query_no_domain"] = "true"
+    if query:
+        params["sysparm_query"] = query
+    params.update(scope_params(query_domain, query_category))
     return params
+
+
+def clock_probe_params(spec: TableSpec) -> dict[str, str]:
+    """The poller's first request when no ``Date`` header was seen yet."""
+    return probe_params(
+        id_field=spec.id_field,
+        timestamp_field=spec.timestamp_field,
+        query_domain=spec.query_domain,
+        query_category=spec.query_category,
+    )

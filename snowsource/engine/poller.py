@@ -130,7 +130,6 @@ class Poller:
         self,
         spec: TableSpec,
         *,
-        instance: str,
         client: PageSource,
         sink: Sink,
         store: OffsetsStore,
@@ -151,9 +150,10 @@ class Poller:
             timestamp_field=spec.timestamp_field,
             id_field=spec.id_field,
         )
+        # The partition is the one place that says which instance and table a record is from.
         self._headers_base = [
-            ("snow.instance", instance.encode()),
-            ("snow.table", spec.name.encode()),
+            ("snow.instance", spec.partition.instance.encode()),
+            ("snow.table", spec.partition.table.encode()),
         ]
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(

@@ -24,7 +24,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import page_params, probe_params
+from snowsource.core.tableapi import clock_probe_params, page_params
 from snowsource.engine.ports import PageSource
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, StoppedError, retrying
@@ -63,7 +63,7 @@ class TableReader:
     async def ensure_clock(self, clock: InstanceClock) -> None:
         """HI is never computed from the local clock alone: see one ``Date`` header first."""
         if not clock.has_observation:
-            probe = probe_params(self._spec)
+            probe = clock_probe_params(self._spec)
             await self._request(lambda: probe, sizing=False)
 
     async def check_hidden(self, after: Position, hi: str) -> None:

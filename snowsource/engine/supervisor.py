@@ -99,7 +99,6 @@ class Daemon:
     def __init__(self, settings: Settings, *, api: ApiFactory | None = None) -> None:
         self.settings = settings
         self.specs = owned_specs(settings)
-        self.instance = settings.snow.instance
         self.clock = InstanceClock()
         self.store: OffsetStore | None = None
         self.client: ServiceNowClient | None = None
@@ -329,7 +328,6 @@ class Daemon:
             for spec in self.specs:
                 poller = Poller(
                     spec,
-                    instance=self.instance,
                     client=self.client,
                     sink=self.sink,
                     store=self.store,

@@ -11,7 +11,7 @@ from snowsource.core.dedup import DedupCache
 from snowsource.core.errors import TableFailedError
 from snowsource.core.page import page_positions, plan_page
 from snowsource.core.records import RecordShaper
-from snowsource.core.tableapi import page_params, probe_params
+from snowsource.core.tableapi import clock_probe_params, page_params
 from tests.fakes import make_spec
 
 SPEC = make_spec()
@@ -122,6 +122,8 @@ def test_page_parameters_carry_the_keyset_query_and_the_table_options() -> None:
     assert params["sysparm_query_category"] == "list"
     assert params["sysparm_query_no_domain"] == "true"
     assert page_params(spec, START, HI, 1, count=True)["sysparm_no_count"] == "false"
-    probe = probe_params(spec)
+    probe = clock_probe_params(spec)
     assert probe["sysparm_limit"] == "1"
-    assert probe["sysparm_fields"] == "sys_updated_on,sys_id"
+    assert probe["sysparm_fields"] == "sys_id,sys_updated_on"
+    assert probe["sysparm_query_no_domain"] == "true"
+    assert "sysparm_query" not in probe

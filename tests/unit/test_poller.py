@@ -46,7 +46,6 @@ class World:
     def poller(self, spec: TableSpec, stop: StopSignal) -> Poller:
         return Poller(
             spec,
-            instance="emulator",
             client=self.client,
             sink=self.sink,
             store=self.store,
