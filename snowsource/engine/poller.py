@@ -109,7 +109,6 @@ _FATAL = (
     AuthError,
     KafkaSinkError,
     CommitterStoppedError,
-    DeadlineExceededError,
 )
 
 
@@ -169,6 +168,7 @@ class Poller:
         self._late_floor = self._cursor
         self._last_submitted: SourceOffset | None = None
         self._ending = False
+        self._commit_failure: BaseException | None = None
         self._set_state(TableState.STARTING)
 
     # ------------------------------------------------------------------ 1. generations
@@ -195,7 +195,8 @@ class Poller:
                 if await sleep_or_stop(self._stop.event, delay):
                     break
                 continue
-            except StoppedError:
+            except (StoppedError, DeadlineExceededError):
+                # Also an offset write that ran out of the stop's deadline: the drain says so.
                 break
             except _FATAL as exc:
                 self.fail(self._named(str(exc)))
@@ -259,6 +260,7 @@ class Poller:
         self._last_submitted = None
         self._inflight = []
         self._ending = False
+        self._commit_failure = None
         status.committed = committed
         status.cursor = self._cursor
         status.window_start = start.ts
@@ -280,26 +282,40 @@ class Poller:
             raise CommitterStoppedError(
                 "the offset committer was cancelled; nothing would be committed any more"
             ) from None
+        except DeadlineExceededError as exc:
+            if not self._stop.is_set():
+                raise
+            # Stopping, and the offsets topic could not be written in time: not a failure of
+            # the table, but the drain must report the missing final offset.
+            self._commit_failure = exc
+            return
         if not self._ending:
             raise CommitterStoppedError("the offset committer ended unexpectedly")
 
     async def _drain(self, committer: Committer, committing: asyncio.Task[None]) -> None:
         """Wait for the outstanding acks and the final offset write, within the stop deadline."""
         self._ending = True
-        if committing.done():
-            return  # the committer failed: nothing can be committed, the group reports why
-        acked = await self._stop.finish(*self._inflight)
-        committer.close()
-        written = await self._stop.finish(committing)
-        if not written:
-            committing.cancel()
-        if not (acked and written and committer.settled):
-            unacked = sum(1 for f in self._inflight if not f.done())
+        if not committing.done():  # else the committer failed and the group reports why
+            await self._stop.finish(*self._inflight)
+            committer.close()
+            if not await self._stop.finish(committing):
+                committing.cancel()
+        unacked = sum(1 for f in self._inflight if not f.done())
+        failed = self._commit_failure or (
+            committing.done() and not committing.cancelled() and committing.exception()
+        )
+        complete = committing.done() and not committing.cancelled() and not failed
+        if self._stop.is_set() and not (complete and unacked == 0 and committer.settled):
+            if failed:
+                why = f"offset write failed: {failed}"
+            elif not complete:
+                why = "offsets topic write still pending"
+            else:
+                why = "acknowledged records without a written offset"
             self.status.unfinished = (
                 f"{self.spec.describe}: the final offset was not written within the shutdown "
-                f"deadline ({unacked} record(s) unacknowledged"
-                f"{'' if written else ', offsets topic write still pending'}); "
-                f"the table resumes from {self._committed_text() or 'its start.timestamp'}"
+                f"deadline ({unacked} record(s) unacknowledged; {why}); the table resumes from "
+                f"{self._committed_text() or 'its start.timestamp'}"
             )
             self._log.warning("drain incomplete", reason=self.status.unfinished)
 

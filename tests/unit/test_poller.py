@@ -244,3 +244,25 @@ async def test_an_internal_restart_resets_the_table_status(world: World) -> None
     assert status.lag_seconds is None
     assert status.hi is None or status.sweeps >= 1
     await running.finish()
+
+
+async def test_a_final_offset_write_out_of_time_stops_the_table_and_is_reported(
+    world: World,
+) -> None:
+    world.emu.seed(tables=("incident",), rows=10)
+    world.sink.auto_ack = False
+    spec = world.spec()
+    world.store.on_write = lambda key, value: (_ for _ in ()).throw(
+        KafkaConnectionError("offsets topic unreachable")
+    )
+    running = Running(world.poller(spec, StopSignal()))
+    await until(lambda: len(world.sink.unacked) == 10)
+    # The acks arrive only after stop was requested: the final write gets the stop's deadline.
+    running.stop.request(Deadline.after(0.5))
+    world.sink.ack_all()
+    await asyncio.wait_for(running.task, 3)
+    status = running.poller.status
+    assert status.state == TableState.STOPPED, status.last_error
+    assert status.unfinished is not None
+    assert "offset write failed" in status.unfinished
+    assert committed(world.store, spec) is None
