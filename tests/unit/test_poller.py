@@ -242,7 +242,6 @@ async def test_an_internal_restart_resets_the_table_status(world: World) -> None
     await until(lambda: status.last_error is not None and "broker gone" in status.last_error)
     await until(lambda: status.state == TableState.RUNNING and not status.caught_up)
     assert status.lag_seconds is None
-    assert status.hi is None or status.sweeps >= 1
     await running.finish()
 
 
