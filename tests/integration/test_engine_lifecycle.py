@@ -132,6 +132,34 @@ async def test_restart_racing_sigterm_starts_nothing_after_shutdown_began(
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("poller")]
 
 
+async def test_resume_racing_sigterm_starts_nothing_after_shutdown_began(
+    env: Env, http: ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PUT stop drains for a second (late acks); a PUT resume queues behind it, and SIGTERM
+    # arrives meanwhile. Whatever order the locks hand out, the resume must start nothing.
+    monkeypatch.setattr(supervisor, "RecordSink", SlowAckSink)
+    env.emu.seed(tables=("incident",), rows=400)
+    settings = rest_settings(env, {"incident": {"name": "incident"}}, **{"batch.size": 20})
+    daemon = compose(settings)
+    shutdown = asyncio.Event()
+    run = asyncio.create_task(daemon.run(shutdown))
+    await poll_until(daemon.ready.is_set, timeout=60)
+    await poll_until(lambda: daemon.pollers["incident"].status.rows_emitted > 0)
+    url = base_url(daemon)
+    stopping = asyncio.create_task(call(http, "PUT", f"{url}/stop"))
+    await poll_until(lambda: daemon.pollers == {}, interval=0.005)  # the stop is draining
+    resuming = asyncio.create_task(call(http, "PUT", f"{url}/resume"))
+    shutdown.set()
+    await poll_until(lambda: daemon.closing, interval=0.005)
+    status, body = await resuming
+    assert status == 503, body
+    assert body["message"] == "snowsource is shutting down"
+    assert (await stopping)[0] == 204
+    assert await asyncio.wait_for(run, 30) == 0
+    assert daemon.pollers == {}
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("poller")]
+
+
 async def test_every_action_is_refused_once_shutdown_began(env: Env, http: ClientSession) -> None:
     env.emu.seed(tables=("incident",), rows=10)
     settings = rest_settings(env, {"incident": {"name": "incident"}})
