@@ -387,7 +387,10 @@ class Daemon:
         """A generation ends only when stopped; a crash (a bug) shuts the process down."""
         if task.cancelled() or task.exception() is None:
             return
-        self._crashed = task.exception()
+        error = task.exception()
+        while isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]  # the poller's own error, not the group around it
+        self._crashed = error
         log.error("pollers crashed; shutting down", error=repr(self._crashed))
         if self._shutdown is not None:
             self._shutdown.set()

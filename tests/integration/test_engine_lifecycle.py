@@ -14,8 +14,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.adapters.sink import RecordSink
 from snowsource.cli.run import compose
+from snowsource.core.errors import SnowsourceError
 from snowsource.engine import supervisor
-from snowsource.engine.poller import TableState
+from snowsource.engine.poller import Poller, TableState
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running
@@ -225,3 +226,21 @@ async def test_restart_checks_a_missing_topic_again(
         await poll_until(caught_up(daemon, "incident"), timeout=30)
         assert daemon.pollers["incident"].status.state == TableState.RUNNING
     assert len(await read_topic(env.bootstrap, env.topic("incident"))) == 15
+
+
+async def test_a_poller_that_crashes_surfaces_through_its_group_and_ends_the_process(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tables fail on their own for every error they know; what escapes a poller is a bug, and
+    # it must end the process (exit 1) rather than leave a table silently gone.
+    async def crash(self: Poller) -> None:
+        raise RuntimeError("a bug outside any table's error handling")
+
+    monkeypatch.setattr(Poller, "run", crash)
+    env.emu.seed(tables=("incident",), rows=5)
+    daemon = compose(env.settings({"incident": {"name": "incident"}}))
+    with pytest.raises(SnowsourceError, match="the pollers crashed") as raised:
+        await asyncio.wait_for(daemon.run(asyncio.Event()), 60)
+    assert str(raised.value) == (
+        'the pollers crashed: RuntimeError("a bug outside any table\'s error handling")'
+    )
