@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from aiokafka.conn import create_conn
 from aiokafka.errors import (
     IllegalSaslStateError,
     KafkaError,
+    KafkaTimeoutError,
     SaslAuthenticationFailed,
     TopicAlreadyExistsError,
     UnsupportedSaslMechanismError,
@@ -29,13 +29,34 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 
 from snowsource.core.errors import SnowsourceError
+from snowsource.core.retry import RetryPolicy
 from snowsource.observability.redact import redact, register_credentials
+from snowsource.runtime.deadline import Deadline
+from snowsource.runtime.retrying import Attempt, DeadlineExceededError, retrying
 
 log = structlog.get_logger(__name__)
 
 #: How long closing a Kafka client may take before we give up on it (outages must not hang
 #: shutdown).
 CLOSE_TIMEOUT_SECONDS = 10.0
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """True when the same request may succeed later (after a backoff): aiokafka's ``retriable``
+    flag, plus its client-side timeout, which is how an unreachable broker shows up."""
+    if isinstance(exc, KafkaTimeoutError | TimeoutError):
+        return True
+    return isinstance(exc, KafkaError) and bool(exc.retriable)
+
+
+async def stop_client(client: Any, what: str, deadline: Deadline | None) -> None:
+    """``client.stop()`` within ``deadline`` (and ``CLOSE_TIMEOUT_SECONDS``): during an outage
+    aiokafka would otherwise wait for its request timeout."""
+    try:
+        async with (deadline or Deadline.never()).limit(CLOSE_TIMEOUT_SECONDS):
+            await client.stop()
+    except TimeoutError:
+        log.warning(f"{what} did not close in time; abandoning it")
 
 
 class KafkaUnavailableError(SnowsourceError):
@@ -183,33 +204,46 @@ async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClie
         await admin.close()
 
 
+# Start-up probing: quick at first, then every few seconds (full jitter) until the timeout.
+_STARTUP_RETRY = RetryPolicy(0.25, 5.0)
+
+
 async def wait_for_kafka(conn: KafkaConnection, within: float) -> None:
     """Return once the cluster answers a metadata request; raise after ``within`` seconds.
 
     An authentication or TLS refusal raises ``KafkaSecurityError`` at once: waiting for the
     whole start-up timeout would only repeat it.
     """
-    deadline = time.monotonic() + within
-    delay = 0.25
-    last: BaseException | None = None
-    while True:
-        try:
-            async with asyncio.timeout(max(deadline - time.monotonic(), 0.1)):
-                async with admin_client(conn) as admin:
-                    await admin.describe_cluster()
-                    return
-        except (KafkaError, OSError, TimeoutError) as exc:
-            last = exc
-            if conn.uses_security and (problem := await diagnose_security(conn)) is not None:
-                raise problem from None
-        if time.monotonic() + delay >= deadline:
-            raise KafkaUnavailableError(
-                f"Kafka at {conn.bootstrap_servers} could not be reached within {within:g}s "
-                f"(kafka.startup.timeout.seconds): {redact(repr(last))}"
-            )
-        log.warning("kafka not reachable yet, retrying", error=repr(last), retry_in=delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+    deadline = Deadline.after(within)
+
+    def warn(attempt: Attempt, delay: float) -> None:
+        log.warning(
+            "kafka not reachable yet, retrying", error=repr(attempt.error), retry_in=round(delay, 2)
+        )
+
+    try:
+        async for attempt in retrying(
+            _STARTUP_RETRY,
+            None,
+            deadline,
+            retry_if=lambda exc: isinstance(exc, KafkaError | OSError | TimeoutError),
+            on_retry=warn,
+        ):
+            with attempt:
+                try:
+                    async with deadline.limit(), admin_client(conn) as admin:
+                        await admin.describe_cluster()
+                except (KafkaError, OSError, TimeoutError):
+                    # aiokafka only says it could not bootstrap; a direct connection names a
+                    # refusal (authentication, TLS), which no retry can cure.
+                    if conn.uses_security and (problem := await diagnose_security(conn)):
+                        raise problem from None
+                    raise
+    except DeadlineExceededError as exc:
+        raise KafkaUnavailableError(
+            f"Kafka at {conn.bootstrap_servers} could not be reached within {within:g}s "
+            f"(kafka.startup.timeout.seconds): {redact(repr(exc.__cause__))}"
+        ) from None
 
 
 def _check_error(code: int, what: str) -> None:

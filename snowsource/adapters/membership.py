@@ -25,7 +25,8 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from snowsource.adapters.kafka import CLOSE_TIMEOUT_SECONDS, KafkaConnection, admin_client
+from snowsource.adapters.kafka import KafkaConnection, admin_client, stop_client
+from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger("snowsource.adapters.membership")
@@ -151,29 +152,28 @@ class GroupMembership(AsyncResource):
         # We are in the group for liveness only; the subscription gives the group something to
         # assign, and assigned partitions are paused so nothing is ever fetched.
         consumer.subscribe([self._topic], listener=_Listener(self))
-        await consumer.start()
+        # Kept before start(): a start that fails half-way has connections close() must stop.
         self._consumer = consumer
+        await consumer.start()
         self._task = asyncio.create_task(self._loop(), name="membership")
         self._check_now.set()
 
-    async def close(self) -> None:
-        """Leave the group (the offsets script then works at once). Idempotent."""
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Leave the group (the offsets script then works at once) within ``deadline``.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        deadline = deadline or Deadline.never()
         if self._task is not None:
             # Let the loop finish its current step: cancelling aiokafka while it bootstraps a
             # client (our group description) can leak that client's connection.
-            await asyncio.wait({self._task}, timeout=5)
+            await asyncio.wait({self._task}, timeout=deadline.remaining(5))
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._consumer is not None:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                    await self._consumer.stop()
-            except TimeoutError:
-                log.warning("could not leave the consumer group in time")
+            await stop_client(self._consumer, "the consumer group membership", deadline)
 
     def rebalanced(self, assigned: list[TopicPartition]) -> None:
         """Rebalance listener: pause what we were given and look at the group again."""

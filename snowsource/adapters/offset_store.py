@@ -9,7 +9,6 @@ and writes with ``acks=all`` through the default murmur2 partitioner, like a Con
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,42 +17,67 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import (
-    CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     TopicConfigError,
     admin_client,
     create_topic,
     describe_topic_configs,
     existing_topics,
+    stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
+from snowsource.core.retry import RetryPolicy
+from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
+from snowsource.runtime.retrying import DeadlineExceededError, retrying
 
 log = structlog.get_logger(__name__)
 
 
-async def _wait_for_topic(admin: Any, topic: str, within: float = 30.0) -> dict[str, int]:
-    """A freshly created topic takes a moment to appear in metadata."""
-    deadline = time.monotonic() + within
-    while True:
-        found = await existing_topics(admin, [topic])
-        if topic in found or time.monotonic() > deadline:
-            if topic not in found:
-                raise TopicConfigError(f"topic {topic!r} was created but never became visible")
-            return found
-        await asyncio.sleep(0.1)
+# A freshly created topic takes a moment to appear in metadata, and its configuration can lag
+# its metadata: both are asked again every 100 ms for up to 30 s.
+_VISIBLE_RETRY = RetryPolicy(0.1, 0.1)
+_VISIBLE_WITHIN = 30.0
 
 
-async def _describe_when_visible(admin: Any, topic: str, within: float = 30.0) -> dict[str, str]:
-    """A new topic's configuration can lag its metadata by a moment: retry briefly."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await describe_topic_configs(admin, topic)
-        except KafkaError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.1)
+class _NotVisibleError(Exception):
+    """The topic is not in the metadata yet."""
+
+
+async def _wait_for_topic(admin: Any, topic: str) -> dict[str, int]:
+    try:
+        async for attempt in retrying(
+            _VISIBLE_RETRY,
+            None,
+            Deadline.after(_VISIBLE_WITHIN),
+            retry_if=lambda exc: isinstance(exc, _NotVisibleError),
+        ):
+            with attempt:
+                found = await existing_topics(admin, [topic])
+                if topic not in found:
+                    raise _NotVisibleError(topic)
+                return found
+    except DeadlineExceededError:
+        pass
+    raise TopicConfigError(f"topic {topic!r} was created but never became visible")
+
+
+async def _describe_when_visible(admin: Any, topic: str) -> dict[str, str]:
+    try:
+        async for attempt in retrying(
+            _VISIBLE_RETRY,
+            None,
+            Deadline.after(_VISIBLE_WITHIN),
+            retry_if=lambda exc: isinstance(exc, KafkaError),
+        ):
+            with attempt:
+                return await describe_topic_configs(admin, topic)
+    except DeadlineExceededError as exc:
+        raise TopicConfigError(
+            f"could not read the configuration of topic {topic!r} within "
+            f"{_VISIBLE_WITHIN:g}s: {exc.__cause__!r}"
+        ) from exc
+    raise AssertionError("unreachable: retrying ends by returning or raising")
 
 
 class OffsetStore(AsyncResource):
@@ -85,22 +109,18 @@ class OffsetStore(AsyncResource):
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""
         await self._ensure_topic()
-        producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
-        await producer.start()
-        self._producer = producer
+        # Kept before start(): a start that fails half-way has connections close() must stop.
+        self._producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
+        await self._producer.start()
         await self.load()
 
-    async def close(self) -> None:
-        """Flush pending writes and close. Safe to call more than once."""
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Flush pending writes and close within ``deadline``. Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
         if self._producer is not None:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                    await self._producer.stop()
-            except TimeoutError:
-                log.warning("offsets producer did not close in time")
+            await stop_client(self._producer, "the offsets producer", deadline)
 
     async def _ensure_topic(self) -> None:
         async with admin_client(self._conn) as admin:
@@ -137,9 +157,9 @@ class OffsetStore(AsyncResource):
             auto_offset_reset="earliest",
             isolation_level="read_uncommitted",
         )
-        await consumer.start()
         data: dict[bytes, bytes] = {}
         try:
+            await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)

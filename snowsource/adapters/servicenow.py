@@ -21,8 +21,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -57,6 +56,8 @@ __all__ = [
     "classify",
     "parse_retry_after",
 ]
+from snowsource.runtime.deadline import Deadline
+from snowsource.runtime.resource import AsyncResource
 
 USER_AGENT: Final = f"snowsource/{__version__}"
 TABLE_API_PATH: Final = "/api/now/v2/table/"
@@ -166,7 +167,7 @@ class _Token:
     renew_at: float  # time.monotonic() after which the token is renewed before use
 
 
-class ServiceNowClient:
+class ServiceNowClient(AsyncResource):
     """Async client for the Table API of one instance; an async context manager.
 
     ``on_date`` receives the ``Date`` header of every Table API / ``get_json`` response, errors
@@ -224,9 +225,10 @@ class ServiceNowClient:
         """The instance URL without a trailing slash."""
         return self._base_url
 
-    async def __aenter__(self) -> Self:
+    async def start(self) -> None:
+        """Open the HTTP session (``async with client:`` does it)."""
         if self._closed:
-            raise RuntimeError("ServiceNowClient cannot be reopened after aclose()")
+            raise RuntimeError("ServiceNowClient cannot be reopened after close()")
         if self._session is None:
             ssl_option: ssl.SSLContext | bool = True
             if self._ca_file is not None:
@@ -247,22 +249,18 @@ class ServiceNowClient:
                 headers={"Accept": "application/json", "User-Agent": USER_AGENT},
                 trust_env=False,
             )
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
+    async def close(self, deadline: Deadline | None = None) -> None:
         """Close the HTTP session; safe to call more than once."""
+        del deadline  # closing a session does not wait on the network
         self._closed = True
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    async def aclose(self) -> None:
+        """``close()``, under the name aiohttp users expect."""
+        await self.close()
 
     # ---- public requests ----------------------------------------------------------------
 

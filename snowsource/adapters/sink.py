@@ -25,13 +25,15 @@ from aiokafka.errors import (
 )
 
 from snowsource.adapters.kafka import (
-    CLOSE_TIMEOUT_SECONDS,
     KafkaConnection,
     admin_client,
     create_topic,
     existing_topics,
+    is_retriable,
+    stop_client,
 )
 from snowsource.core.errors import KafkaSinkError
+from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
@@ -45,18 +47,11 @@ _FATAL = (
 
 
 def is_fatal_produce_error(exc: BaseException) -> bool:
-    """True when retrying the record cannot succeed (SPEC §6)."""
+    """True when retrying the record cannot succeed (SPEC §6); anything else is cured by an
+    internal restart of the table after a backoff."""
     if isinstance(exc, _FATAL):
         return True
-    return isinstance(exc, KafkaError) and not exc.retriable and not _is_transient(exc)
-
-
-def _is_transient(exc: KafkaError) -> bool:
-    # aiokafka marks some outage symptoms (request timeouts, producer closed during a restart)
-    # as non-retriable although the broker coming back cures them; an internal restart with
-    # backoff is the right answer for those, never a FAILED table.
-    name = type(exc).__name__
-    return name in {"KafkaTimeoutError", "RequestTimedOutError", "KafkaConnectionError"}
+    return isinstance(exc, KafkaError) and not is_retriable(exc)
 
 
 class RecordSink(AsyncResource):
@@ -88,21 +83,19 @@ class RecordSink(AsyncResource):
 
     async def start(self) -> None:
         """Connect the producer."""
-        await self._producer.start()
+        # Set first: a start that fails half-way has opened connections that close() must stop.
         self._started = True
+        await self._producer.start()
 
-    async def close(self) -> None:
-        """Flush what is buffered and close. Safe to call more than once."""
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Flush what is buffered and close within ``deadline``. Safe to call more than once."""
         if self._closed or not self._started:
             self._closed = True
             return
         self._closed = True
-        # Bounded: during a Kafka outage the producer would wait for its request timeout.
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                await self._producer.stop()
-        except TimeoutError:
-            log.warning("producer did not close in time; unacknowledged records are dropped")
+        await stop_client(
+            self._producer, "the producer (unacknowledged records are dropped)", deadline
+        )
 
     async def send(
         self,
@@ -119,10 +112,6 @@ class RecordSink(AsyncResource):
         except _FATAL as exc:
             raise KafkaSinkError(f"Kafka refused the record for topic {topic}: {exc!r}") from exc
         return future
-
-    async def flush(self) -> None:
-        """Wait until everything handed to the producer is acknowledged or failed."""
-        await self._producer.flush()
 
 
 async def ensure_topics(

@@ -20,6 +20,12 @@ every poller from its stored offset exactly like a process restart. ``POST resta
 every poller the same way, FAILED ones included; a STOPPED or PAUSED connector stays so (Connect
 restarts a connector in its target state). None of these states survives a process restart.
 
+Once shutdown began every state change answers 503: the supervisor refuses to start pollers
+after it stopped them (its closing flag), so a resume racing SIGTERM starts nothing.
+
+The server knows the supervisor only through ``ConnectorControl``, a protocol this module owns;
+``snowsource.cli.run`` composes the two.
+
 With ``rest.auth.token`` set, every request but ``GET /health/live`` needs
 ``Authorization: Bearer <token>`` (401 otherwise). Liveness stays open so an orchestrator's probe
 needs no secret; it reveals nothing but "the process answers". The token is never logged. A
@@ -37,8 +43,8 @@ import contextlib
 import hmac
 import socket
 import time
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
 
 import orjson
 import structlog
@@ -50,7 +56,7 @@ from prometheus_client import generate_latest
 from snowsource import __version__
 from snowsource.adapters.kafka import admin_client
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.config.settings import redacted_dict
+from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.assignment import assign
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import (
@@ -67,11 +73,13 @@ from snowsource.core.offsets_plan import (
     validate_changes,
 )
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableState, TableStatus
-from snowsource.engine.supervisor import ConnectorState, Daemon, kafka_connection, table_spec
+from snowsource.engine.poller import Poller, TableState, TableStatus
+from snowsource.engine.supervisor import ConnectorState, ShuttingDownError
+from snowsource.engine.wiring import kafka_connection, table_spec
 from snowsource.observability import build, metrics
 from snowsource.observability.redact import redact, redact_value, register_secret
 from snowsource.runtime.aio import done_before
+from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 __all__ = [
@@ -82,6 +90,7 @@ __all__ = [
     "PROMETHEUS_CONTENT_TYPE",
     "READ_TIMEOUT_SECONDS",
     "RESET_MESSAGE",
+    "ConnectorControl",
     "RestServer",
 ]
 
@@ -116,6 +125,56 @@ _OPEN_PATHS: Final = frozenset({"/health/live"})
 READ_TIMEOUT_SECONDS: float = 30.0
 _LINGER_SECONDS: Final = 2.0
 _WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - recognised, not bound
+
+
+class ConnectorControl(Protocol):
+    """What the REST API needs from the supervisor (``engine.supervisor.Daemon``)."""
+
+    @property
+    def specs(self) -> Sequence[TableSpec]:
+        """The tables this task owns."""
+        ...
+
+    @property
+    def pollers(self) -> Mapping[str, Poller]:
+        """The running generation's pollers (empty while STOPPED or PAUSED)."""
+        ...
+
+    @property
+    def state(self) -> ConnectorState:
+        """The connector state as Connect names it."""
+        ...
+
+    @property
+    def store(self) -> OffsetStore | None:
+        """The daemon's offsets store, once open."""
+        ...
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set once the first generation started."""
+        ...
+
+    @property
+    def kafka_ready(self) -> bool:
+        """True once Kafka answered."""
+        ...
+
+    @property
+    def closing(self) -> bool:
+        """True once shutdown began."""
+        ...
+
+    async def stop_pollers(self, deadline: Deadline, *, target: ConnectorState) -> list[str]:
+        """Stop every poller within ``deadline``; the tables whose final offset is unwritten."""
+        ...
+
+    async def start_pollers(self, *, reload: bool) -> None:
+        """Start every poller from the stored offsets; ``ShuttingDownError`` once closing."""
+        ...
+
+
+_SHUTTING_DOWN: Final = "snowsource is shutting down"
 
 
 class _RestError(Exception):
@@ -174,15 +233,14 @@ def _offset_dict(offset: SourceOffset | None) -> dict[str, str] | None:
 
 
 class RestServer(AsyncResource):
-    """The REST API of ``daemon``, served by aiohttp until closed.
+    """The REST API of one connector's ``control``, served by aiohttp until closed.
 
     An async context manager; ``close`` is idempotent. ``port`` and ``url`` are known once
     started (``rest.port: 0`` binds a free port).
     """
 
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
-        settings = daemon.settings
+    def __init__(self, control: ConnectorControl, settings: Settings) -> None:
+        self._daemon = control
         self._settings = settings
         self._name = settings.name
         token = settings.rest.auth_token
@@ -235,20 +293,18 @@ class RestServer(AsyncResource):
         self._port = int(runner.addresses[0][1])
         log.info("REST API listening", url=self.url, auth=self._token is not None)
 
-    async def close(self) -> None:
-        """Stop serving (in-flight requests finish first). Safe to call more than once."""
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Stop serving (in-flight requests finish first, within ``deadline``). Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._closing.set()
         if self._runner is not None:
-            await self._runner.cleanup()
-        # A resume that raced the daemon's shutdown could have started pollers after the
-        # daemon stopped its own; they must not outlive the resources closed after us.
-        if self._daemon.pollers:
-            await self._daemon.stop_pollers(
-                deadline=time.monotonic() + self._settings.shutdown_timeout_seconds
-            )
+            try:
+                async with (deadline or Deadline.never()).limit():
+                    await self._runner.cleanup()
+            except TimeoutError:
+                log.warning("REST requests still running at the shutdown deadline; dropped")
 
     @property
     def port(self) -> int:
@@ -354,6 +410,7 @@ class RestServer(AsyncResource):
     async def _started(self) -> None:
         """Operator actions wait until the daemon started its pollers (they race it otherwise),
         but never hold up a shutdown: a start that failed never sets ``ready``."""
+        self._require_open()
         if self._daemon.ready.is_set():
             return
         ready = asyncio.create_task(self._daemon.ready.wait(), name="rest:wait-ready")
@@ -362,7 +419,13 @@ class RestServer(AsyncResource):
             with contextlib.suppress(asyncio.CancelledError):
                 await ready
         if not self._daemon.ready.is_set():
-            raise _RestError(503, "snowsource is shutting down")
+            raise _RestError(503, _SHUTTING_DOWN)
+        self._require_open()
+
+    def _require_open(self) -> None:
+        """Every state change is refused once shutdown began."""
+        if self._daemon.closing or self._closing.is_set():
+            raise _RestError(503, _SHUTTING_DOWN)
 
     # ------------------------------------------------------------------ read-only views
 
@@ -516,23 +579,24 @@ class RestServer(AsyncResource):
 
     # ------------------------------------------------------------------ state changes
 
-    async def _stop_pollers(self) -> None:
-        """Stop every poller; returns once each drained its acks and wrote its final offset."""
+    async def _stop_pollers(self, target: ConnectorState) -> list[str]:
+        """Stop every poller; returns once each drained its acks and wrote its final offset,
+        or with the tables whose final offset could not be written in time."""
         daemon = self._daemon
         running = daemon.pollers
         if running:
             self._last_status = {alias: poller.status for alias, poller in running.items()}
-        await daemon.stop_pollers(
-            deadline=time.monotonic() + self._settings.shutdown_timeout_seconds
-        )
+        deadline = Deadline.after(self._settings.shutdown_timeout_seconds)
+        return await daemon.stop_pollers(deadline, target=target)
 
     async def _start_pollers(self) -> None:
         """Start every poller from the offsets topic as it is now (a PATCH or the offsets
         script may have changed it), exactly like a process restart."""
-        store = self._daemon.store
-        assert store is not None
-        await store.load()
-        await self._daemon.start_pollers()
+        self._require_open()
+        try:
+            await self._daemon.start_pollers(reload=True)
+        except ShuttingDownError:
+            raise _RestError(503, _SHUTTING_DOWN) from None
 
     def _mark_tables(self, state: str) -> None:
         for spec in self._daemon.specs:
@@ -542,9 +606,20 @@ class RestServer(AsyncResource):
         self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
-            await self._stop_pollers()
-            self._daemon.target = ConnectorState.STOPPED
+            self._require_open()
+            problems = await self._stop_pollers(ConnectorState.STOPPED)
             self._mark_tables(ConnectorState.STOPPED.value)
+        if problems:
+            # Connect answers 500 when a stop did not complete; a later PATCH would race writes.
+            log.error(
+                "connector STOPPED through REST, but final offsets are missing", problems=problems
+            )
+            raise _RestError(
+                500,
+                "The connector was stopped, but the final offsets of some tables could not be "
+                "written: " + "; ".join(problems) + ". Check GET /connectors/"
+                f"{self._name}/offsets before altering offsets.",
+            )
         log.info("connector STOPPED through REST; final offsets written")
         return web.Response(status=204)
 
@@ -552,9 +627,11 @@ class RestServer(AsyncResource):
         self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
-            await self._stop_pollers()
-            self._daemon.target = ConnectorState.PAUSED
+            self._require_open()
+            problems = await self._stop_pollers(ConnectorState.PAUSED)
             self._mark_tables(ConnectorState.PAUSED.value)
+        if problems:
+            log.warning("connector PAUSED, but final offsets are missing", problems=problems)
         log.info("connector PAUSED through REST")
         return web.Response(status=202)
 
@@ -562,7 +639,7 @@ class RestServer(AsyncResource):
         self._connector(request, UNKNOWN_MESSAGE)
         await self._started()
         async with self._lock:
-            if self._daemon.target in (ConnectorState.STOPPED, ConnectorState.PAUSED):
+            if self._daemon.state in (ConnectorState.STOPPED, ConnectorState.PAUSED):
                 await self._start_pollers()
                 log.info("connector resumed through REST from the stored offsets")
         return web.Response(status=202)
@@ -575,8 +652,12 @@ class RestServer(AsyncResource):
         async with self._lock:
             daemon = self._daemon
             failed = any(p.status.state == TableState.FAILED for p in daemon.pollers.values())
-            if daemon.target == ConnectorState.RUNNING and (failed or not only_failed):
-                await self._stop_pollers()
+            running = daemon.state in (ConnectorState.RUNNING, ConnectorState.FAILED)
+            if running and (failed or not only_failed):
+                self._require_open()
+                problems = await self._stop_pollers(ConnectorState.RUNNING)
+                if problems:
+                    log.warning("restart: final offsets are missing", problems=problems)
                 await self._start_pollers()
                 log.info("every table restarted through REST from the stored offsets")
         if include_tasks or only_failed:
@@ -660,6 +741,7 @@ class RestServer(AsyncResource):
         return store
 
     def _require_stopped(self) -> None:
+        self._require_open()
         if self._daemon.state != ConnectorState.STOPPED:
             raise _RestError(400, MUST_BE_STOPPED_MESSAGE.format(name=self._name))
 

@@ -39,7 +39,7 @@ from snowsource.core.assignment import assign
 from snowsource.core.errors import (
     ConfigError,
 )
-from snowsource.engine.supervisor import kafka_connection
+from snowsource.engine.wiring import kafka_connection
 from snowsource.observability.redact import redact
 
 __all__ = [

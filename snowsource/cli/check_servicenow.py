@@ -28,7 +28,9 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.query import normalise_query
-from snowsource.engine.supervisor import snow_auth
+from snowsource.core.tableapi import probe_params
+from snowsource.core.timestamps import is_valid_ts
+from snowsource.engine.wiring import snow_client
 
 __all__ = ["display_offsets", "snow_checks"]
 
@@ -147,16 +149,7 @@ class _TableProbe:
 
 async def snow_checks(settings: Settings) -> list[CheckResult]:
     """Every ServiceNow line of the report, in order."""
-    http = settings.snow.http
-    client = ServiceNowClient(
-        settings.snow.url,
-        snow_auth(settings),
-        connect_timeout=http.connect_timeout_ms / 1000,
-        request_timeout=http.request_timeout_ms / 1000,
-        max_concurrent_requests=http.max_concurrent_requests,
-        proxy=http.proxy_url,
-        ca_file=http.ca_file,
-    )
+    client = snow_client(settings)
     try:
         async with client:
             return await _snow_checks_with(client, settings)
@@ -247,21 +240,14 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
 
 
 def _table_params(table: TableConfig, *, with_query: bool) -> dict[str, str]:
-    params = {
-        "sysparm_limit": "1",
-        "sysparm_fields": f"{table.id_field},{table.timestamp_field}",
-        "sysparm_display_value": "false",
-        "sysparm_exclude_reference_link": "true",
-        "sysparm_no_count": "false",
-    }
-    query = normalise_query(table.query)
-    if with_query and query:
-        params["sysparm_query"] = query
-    if table.query_category:
-        params["sysparm_query_category"] = table.query_category
-    if not table.query_domain:
-        params["sysparm_query_no_domain"] = "true"
-    return params
+    return probe_params(
+        id_field=table.id_field,
+        timestamp_field=table.timestamp_field,
+        query_domain=table.query_domain,
+        query_category=table.query_category,
+        query=normalise_query(table.query) if with_query else "",
+        count=True,
+    )
 
 
 async def _unreadable(
@@ -358,7 +344,7 @@ def _cursor_result(
                 )
         elif not isinstance(value, str) or not value:
             problems.append(f"{key} {field!r} is empty (got {value!r}): a field ACL may hide it")
-        elif field == table.timestamp_field and not _is_timestamp(value):
+        elif field == table.timestamp_field and not is_valid_ts(value):
             problems.append(
                 f"{key} {field!r} = {value!r} is not a YYYY-MM-DD HH:MM:SS date/time field"
             )
@@ -395,14 +381,6 @@ def _fields_result(
         f"would be missing from every record",
         (f"fix snow.tables.{alias}.fields, or grant read access to those fields",),
     )
-
-
-def _is_timestamp(value: str) -> bool:
-    try:
-        datetime.strptime(value, _TIMESTAMP_FORMAT)
-    except ValueError:
-        return False
-    return len(value) == 19
 
 
 def display_offsets(display: str, value: str) -> set[timedelta]:

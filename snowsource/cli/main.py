@@ -105,8 +105,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_run(config_path: str | None, log_level: str | None = None) -> int:
     """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
+    from snowsource.cli.run import run_until_signal
     from snowsource.config.settings import load_config
-    from snowsource.engine.supervisor import run_until_signal
     from snowsource.observability.logs import configure_logging
 
     loaded = load_config(config_path)

@@ -19,8 +19,8 @@ T = TypeVar("T")
 class CommitTracker(Generic[T]):
     """Tracks one table's records between hand-off to the producer and acknowledgement.
 
-    Tickets are a monotonic sequence that survives :meth:`reset`, so a late acknowledgement
-    of a record submitted before an internal restart is recognised and ignored.
+    One tracker per table generation: an internal restart starts a new one, so a late
+    acknowledgement from before it can never reach the new generation's offsets.
     """
 
     def __init__(self) -> None:
@@ -43,8 +43,8 @@ class CommitTracker(Generic[T]):
         return ticket
 
     def ack(self, ticket: int) -> None:
-        """Kafka acknowledged the record. Acks of records already taken, already acked or
-        forgotten by :meth:`reset` are ignored; a ticket never issued is a bug."""
+        """Kafka acknowledged the record. Acks of records already taken or already acked are
+        ignored; a ticket never issued is a bug."""
         if not 0 <= ticket < self._next_ticket:
             raise ValueError(f"ticket {ticket} was never issued")
         index = ticket - self._base
@@ -73,10 +73,3 @@ class CommitTracker(Generic[T]):
     def in_flight(self) -> int:
         """Records submitted and not yet taken by :meth:`committable` (acked or not)."""
         return len(self._offsets)
-
-    def reset(self) -> None:
-        """Forget everything in flight (internal restart); later tickets stay unique."""
-        self._offsets.clear()
-        self._acked.clear()
-        self._unacked = 0
-        self._base = self._next_ticket

@@ -2,24 +2,28 @@
 
 A poller owns everything about one table: where it stands (cursor, committed offset), its dedup
 cache, its page size, and its state. It never lets one table's failure touch another: problems
-that retrying cannot cure put the table in FAILED with a diagnostic and the coroutine returns.
+that retrying cannot cure put the table in FAILED with a diagnostic and ``run`` returns.
 
-Life of a poller ("incarnation"): read the committed offset, then sweep. A sweep fixes a
-high-water mark ``HI`` and reads pages back to back until a short page; each page's rows go to
-the producer at once and the next page is fetched while they are being acknowledged. Every
-record carries the offset "cursor after emitting it"; a per-table committer writes the offset of
-the contiguous acknowledged prefix to the offsets topic as acks arrive. A produce failure ends the
-incarnation: what was acknowledged is committed, the dedup cache is emptied, and after a backoff
-the table starts again from its committed offset minus the overlap, exactly like a restart.
+Life of a poller, top to bottom in this module:
+
+1. ``run`` repeats *generations* until stopped. A generation reads the committed offset (moving
+   a foreign key spelling or a legacy offset first), then sweeps, with its committer beside it in
+   one ``asyncio.TaskGroup``: a committer that fails or is cancelled ends the generation at once.
+2. A sweep fixes a high-water mark ``HI`` and reads pages back to back until a short page. The
+   next page is fetched while the current one is acknowledged: at most one page of records per
+   table is unacknowledged. What to emit is decided by ``core.page``; every record carries the
+   offset "cursor after emitting it", and the committer writes the contiguous acknowledged
+   prefix's offset as acks arrive.
+3. Stop (or a produce failure) drains: wait for the outstanding acks and the final offset write,
+   within the stop's deadline. A produce failure then restarts the table from its committed
+   offset minus the overlap after a backoff, exactly like a process restart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -27,44 +31,39 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
-from snowsource.adapters.offset_store import OffsetStore
-from snowsource.adapters.servicenow import Page, ServiceNowClient
-from snowsource.adapters.sink import RecordSink, is_fatal_produce_error
+from snowsource.adapters.servicenow import Page
+from snowsource.adapters.sink import is_fatal_produce_error
 from snowsource.core.clock import InstanceClock
-from snowsource.core.commit import CommitTracker
 from snowsource.core.cursor import (
     Position,
     first_sweep_start,
     high_water_mark,
-    in_window,
-    is_valid_ts,
     next_sweep_start,
-    page_query,
     parse_ts,
 )
-from snowsource.core.dedup import DedupCache, digest
+from snowsource.core.dedup import DedupCache
 from snowsource.core.errors import (
     AuthError,
-    ExecutionTimeExceededError,
     KafkaSinkError,
     OffsetError,
-    RateLimitedError,
-    RetriableError,
     TableError,
     TableFailedError,
 )
 from snowsource.core.offsets_codec import (
     SourceOffset,
-    cursor_id_problem,
-    decode_value,
-    encode_value,
-    validate_offset,
 )
+from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.records import RecordShaper
-from snowsource.core.retry import PageSizer, RetryPolicy
+from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
+from snowsource.engine.ports import OffsetsStore, PageSource, Sink
+from snowsource.engine.reader import TableReader
+from snowsource.engine.resume import load_offset
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
+from snowsource.runtime.deadline import StopSignal
+from snowsource.runtime.retrying import DeadlineExceededError, StoppedError
 
 
 class TableState(StrEnum):
@@ -92,21 +91,30 @@ class TableStatus:
     pages: int = 0
     sweeps: int = 0
     caught_up: bool = False
-    window_start: str | None = None  # where this incarnation started reading, for progress bars
+    window_start: str | None = None  # where this generation started reading, for progress bars
     hi: str | None = None  # high-water mark of the current sweep
+    # Set when a drain ended before every acknowledged offset was written (deadline, outage).
+    unfinished: str | None = None
 
 
 class _ProduceFailedError(Exception):
     """A record was not acknowledged; the table restarts internally from its committed offset."""
 
 
-class _StoppingError(Exception):
-    """Stop was requested while waiting: abandon the current request, drain and exit."""
+# Errors that retrying cannot cure: the table goes to FAILED with the message.
+_FATAL = (
+    TableFailedError,
+    OffsetError,
+    TableError,
+    AuthError,
+    KafkaSinkError,
+    CommitterStoppedError,
+)
 
 
 @dataclass
 class _SweepResult:
-    last_read: Position | None
+    last_read: Position | None = None
     caught_up: bool = False
     emitted: int = 0
     suppressed: int = 0
@@ -121,91 +129,91 @@ class Poller:
         self,
         spec: TableSpec,
         *,
-        connector: str,
-        instance: str,
-        client: ServiceNowClient,
-        sink: RecordSink,
-        store: OffsetStore,
+        client: PageSource,
+        sink: Sink,
+        store: OffsetsStore,
         clock: InstanceClock,
         retry: RetryPolicy,
-        stop: asyncio.Event,
+        stop: StopSignal,
     ) -> None:
         self.spec = spec
-        self._connector = connector
-        self._instance = instance
-        self._client = client
         self._sink = sink
         self._store = store
+        self._writer = OffsetWriter(store, retry, table=spec.alias)
         self._clock = clock
         self._retry = retry
         self._stop = stop
-        self._sizer = PageSizer(spec.batch_size)
         self._shaper = RecordShaper(
             display_value=spec.display_value,
             exclude_reference_link=spec.exclude_reference_link,
             timestamp_field=spec.timestamp_field,
             id_field=spec.id_field,
         )
+        # The partition is the one place that says which instance and table a record is from.
         self._headers_base = [
-            ("snow.instance", instance.encode()),
-            ("snow.table", spec.name.encode()),
+            ("snow.instance", spec.partition.instance.encode()),
+            ("snow.table", spec.partition.table.encode()),
         ]
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
-        self._fields_param = self._fields()
-        # Per-incarnation state, reset by _incarnation.
-        self._tracker: CommitTracker[SourceOffset] = CommitTracker()
+        self._reader = TableReader(spec, client, retry=retry, stop=stop.event, log=self._log)
+        # Per-generation state, set by _begin.
+        self._committer: Committer | None = None
         self._dedup = DedupCache(spec.dedup_max_entries)
-        self._wake = asyncio.Event()
-        self._closing = False
         self._produce_error: BaseException | None = None
         self._inflight: list[asyncio.Future[Any]] = []
-        self._committer: asyncio.Task[None] | None = None
         self._cursor = Position(spec.start_timestamp, "")
         self._late_floor = self._cursor
         self._last_submitted: SourceOffset | None = None
+        self._ending = False
+        self._commit_failure: BaseException | None = None
         self._set_state(TableState.STARTING)
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ 1. generations
 
     async def run(self) -> None:
         """Stream until stopped; FAILED tables return with ``status.last_error`` set."""
         attempt = 0
-        log = self._log
         while not self._stop.is_set():
             emitted_before = self.status.rows_emitted
             try:
-                await self._incarnation()
+                await self._generation()
             except _ProduceFailedError as exc:
                 if self.status.rows_emitted > emitted_before:
                     attempt = 0
                 delay = self._retry.next_delay(attempt)
                 attempt += 1
-                log.warning(
+                self._log.warning(
                     "produce failed; restarting the table from its committed offset",
                     error=str(exc),
                     retry_in=round(delay, 2),
                     committed=self._committed_text(),
                 )
                 self.status.last_error = str(exc)
-                if await sleep_or_stop(self._stop, delay):
+                if await sleep_or_stop(self._stop.event, delay):
                     break
                 continue
-            except (TableFailedError, OffsetError, TableError, AuthError, KafkaSinkError) as exc:
-                message = str(exc)
-                if self.spec.describe not in message:
-                    message = f"{self.spec.describe}: {message}"
-                self.fail(message)
+            except (StoppedError, DeadlineExceededError):
+                # Also an offset write that ran out of the stop's deadline: the drain says so.
+                break
+            except _FATAL as exc:
+                self.fail(self._named(str(exc)))
                 return
-            except Exception as exc:  # a bug must fail this table, never the whole process
-                log.exception("unexpected error")
+            except KafkaError as exc:
+                self.fail(
+                    f"{self.spec.describe}: writing its offset failed and retrying cannot "
+                    f"help: {exc!r}; check the ACLs and configuration of the offsets topic"
+                )
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug fails this table, never the process
+                self._log.exception("unexpected error")
                 self.fail(f"unexpected error: {exc!r}")
                 return
             break
         self._set_state(TableState.STOPPED)
-        log.info("table stopped", committed=self._committed_text())
+        self._log.info("table stopped", committed=self._committed_text())
 
     def fail(self, message: str) -> None:
         """Put the table in FAILED with ``message`` as its diagnostic."""
@@ -213,180 +221,113 @@ class Poller:
         self._set_state(TableState.FAILED)
         self._log.error("table FAILED", error=message, committed=self._committed_text())
 
-    def _set_state(self, state: TableState) -> None:
-        self.status.state = state
-        metrics.set_state(self.spec.alias, state.value)
-
-    def _committed_text(self) -> str | None:
-        c = self.status.committed
-        return f"{c.timestamp}/{c.sys_id or '-'}/{c.phase}" if c else None
-
-    async def _incarnation(self) -> None:
-        committed = await self._load_offset()
-        self.status.committed = committed
-        committed_pos = Position(committed.timestamp, committed.sys_id) if committed else None
-        start = first_sweep_start(
-            committed_pos, self.spec.overlap_seconds, self.spec.start_timestamp
+    async def _generation(self) -> None:
+        """One incarnation of the table: load the offset, sweep beside a committer, drain."""
+        committed = await load_offset(
+            self.spec, self._store, self._writer, stop=self._stop.event, log=self._log
         )
-        self._cursor = committed_pos or Position(self.spec.start_timestamp, "")
-        # Rows below this may have been emitted before the restart (the dedup cache is empty
-        # now), so only rows between it and the cursor can be told apart as late commits.
-        self._late_floor = self._cursor
-        self._tracker = CommitTracker()
-        self._dedup = DedupCache(self.spec.dedup_max_entries)
-        self._produce_error = None
-        self._closing = False
-        self._wake = asyncio.Event()
-        self._last_submitted = None
-        self._inflight = []
-        self.status.cursor = self._cursor
-        self.status.window_start = start.ts
-        self.status.phase = committed.phase if committed else "backfill"
-        metrics.set_phase(self.spec.alias, self.status.phase)
-        committer = asyncio.create_task(self._commit_loop(), name=f"committer:{self.spec.alias}")
-        self._committer = committer
+        start = self._begin(committed)
+        committer = self._committer
+        assert committer is not None
         try:
-            await self._sweeps(start)
-        except _StoppingError:
-            pass
-        finally:
-            await self._drain(committer)
+            async with asyncio.TaskGroup() as group:
+                committing = group.create_task(
+                    self._commit(committer), name=f"committer:{self.spec.alias}"
+                )
+                try:
+                    await self._sweeps(start)
+                except StoppedError:
+                    pass
+                finally:
+                    await self._drain(committer, committing)
+        except BaseExceptionGroup as failed:
+            raise _first(failed) from None
         if self._produce_error is not None:
             raise _ProduceFailedError(repr(self._produce_error))
 
-    async def _drain(self, committer: asyncio.Task[None]) -> None:
-        """Wait for this table's outstanding acks, let the committer write the final offset."""
+    def _begin(self, committed: SourceOffset | None) -> Position:
+        """Fresh per-generation state, exactly like a process restart; where reading starts."""
+        spec, status = self.spec, self.status
+        committed_pos = Position(committed.timestamp, committed.sys_id) if committed else None
+        start = first_sweep_start(committed_pos, spec.overlap_seconds, spec.start_timestamp)
+        self._cursor = committed_pos or Position(spec.start_timestamp, "")
+        # Rows below this may have been emitted before the restart (the dedup cache is empty
+        # now), so only rows between it and the cursor can be told apart as late commits.
+        self._late_floor = self._cursor
+        self._dedup = DedupCache(spec.dedup_max_entries)
+        self._committer = Committer(self._writer, spec.partition, self._stop, self._committed)
+        self._produce_error = None
+        self._last_submitted = None
+        self._inflight = []
+        self._ending = False
+        self._commit_failure = None
+        status.committed = committed
+        status.cursor = self._cursor
+        status.window_start = start.ts
+        status.phase = committed.phase if committed else "backfill"
+        status.caught_up = False
+        status.lag_seconds = None
+        status.hi = None
+        status.unfinished = None
+        metrics.set_phase(spec.alias, status.phase)
+        return start
+
+    async def _commit(self, committer: Committer) -> None:
+        """The committer's task: it may end only because the drain closed it."""
         try:
-            pending = [f for f in self._inflight if not f.done()]
-            if pending:
-                await asyncio.wait(pending)
-        finally:
-            self._closing = True
-            self._wake.set()
-            try:
-                await committer
-            except asyncio.CancelledError:
-                committer.cancel()
+            await committer.run()
+        except asyncio.CancelledError:
+            if self._ending:
                 raise
+            raise CommitterStoppedError(
+                "the offset committer was cancelled; nothing would be committed any more"
+            ) from None
+        except DeadlineExceededError as exc:
+            if not self._stop.is_set():
+                raise
+            # Stopping, and the offsets topic could not be written in time: not a failure of
+            # the table, but the drain must report the missing final offset.
+            self._commit_failure = exc
+            return
+        if not self._ending:
+            raise CommitterStoppedError("the offset committer ended unexpectedly")
 
-    # ------------------------------------------------------------------ offsets
-
-    async def _load_offset(self) -> SourceOffset | None:
-        spec, store, log = self.spec, self._store, self._log
-        raw = store.get(spec.partition)
-        if raw is None:
-            foreign = store.foreign_spelling(spec.partition)
-            if foreign is not None:
-                # A refused offset is left exactly where it is: validate before moving it.
-                self._validated(foreign.value)
-                log.warning(
-                    "offset stored under a non-canonical key spelling; rewriting it canonically",
-                    old_key=foreign.key.decode("utf-8", "replace"),
-                )
-                await store.write(spec.partition, foreign.value)
-                await store.write_raw(foreign.key, None)
-                raw = foreign.value
-        if raw is None and spec.legacy_partition != spec.partition:
-            raw = await self._adopt_legacy()
-        if raw is None:
-            log.info("no stored offset; starting from start.timestamp", start=spec.start_timestamp)
-            return None
-        offset = self._validated(raw)
-        log.info("resuming from stored offset", timestamp=offset.timestamp, sys_id=offset.sys_id)
-        return offset
-
-    def _validated(self, raw: bytes) -> SourceOffset:
-        """The stored offset, or ``OffsetError`` naming the partition and how to reset it."""
-        spec = self.spec
-        try:
-            value = decode_value(raw)
-        except OffsetError as exc:
-            # decode_value knows nothing of the partition; the table's diagnostic must name it.
-            raise OffsetError(
-                f"unusable offset for {spec.describe}: {exc}. snowsource never guesses at or "
-                f"reuses such an offset; reset it with `snowsource offsets delete {spec.alias}` "
-                f"(the table replays from its start.timestamp) or `snowsource offsets set "
-                f"{spec.alias} --timestamp 'YYYY-MM-DD HH:MM:SS' --sys-id SYS_ID`"
-            ) from exc
-        return validate_offset(
-            value, spec.partition, id_field=spec.id_field, describe=spec.describe, alias=spec.alias
+    async def _drain(self, committer: Committer, committing: asyncio.Task[None]) -> None:
+        """Wait for the outstanding acks and the final offset write, within the stop deadline."""
+        self._ending = True
+        if not committing.done():  # else the committer failed and the group reports why
+            await self._stop.finish(*self._inflight)
+            committer.close()
+            if not await self._stop.finish(committing):
+                committing.cancel()
+        unacked = sum(1 for f in self._inflight if not f.done())
+        failed = self._commit_failure or (
+            committing.done() and not committing.cancelled() and committing.exception()
         )
-
-    async def _adopt_legacy(self) -> bytes | None:
-        spec = self.spec
-        legacy_raw = self._store.get(spec.legacy_partition)
-        if legacy_raw is None:
-            return None
-        try:
-            legacy = validate_offset(
-                decode_value(legacy_raw),
-                spec.legacy_partition,
-                id_field=spec.id_field,
-                describe=spec.describe,
+        complete = committing.done() and not committing.cancelled() and not failed
+        if self._stop.is_set() and not (complete and unacked == 0 and committer.settled):
+            if failed:
+                why = f"offset write failed: {failed}"
+            elif not complete:
+                why = "offsets topic write still pending"
+            else:
+                why = "acknowledged records without a written offset"
+            self.status.unfinished = (
+                f"{self.spec.describe}: the final offset was not written within the shutdown "
+                f"deadline ({unacked} record(s) unacknowledged; {why}); the table resumes from "
+                f"{self._committed_text() or 'its start.timestamp'}"
             )
-        except OffsetError as exc:
-            self._log.warning("legacy offset found but not usable; ignoring it", reason=str(exc))
-            return None
-        adopted = replace(legacy, fingerprint=spec.partition.query_fingerprint)
-        value = encode_value(adopted)
-        assert value is not None
-        await self._store.write(spec.partition, value)
-        self._log.info(
-            "adopted the Java connector's offset (legacy fingerprint) under the new partition",
-            legacy_fingerprint=spec.legacy_partition.query_fingerprint,
-            timestamp=adopted.timestamp,
-            sys_id=adopted.sys_id,
-        )
-        return value
+            self._log.warning("drain incomplete", reason=self.status.unfinished)
 
-    def _on_done(
-        self, tracker: CommitTracker[SourceOffset], ticket: int, future: asyncio.Future[Any]
-    ) -> None:
-        if tracker is not self._tracker:
-            return  # an ack from before an internal restart: that incarnation is gone
-        if future.cancelled():
-            self._produce_error = self._produce_error or RuntimeError("produce cancelled")
-        elif (exc := future.exception()) is not None:
-            metrics.PRODUCE_ERRORS.labels(table=self.spec.alias).inc()
-            self._produce_error = self._produce_error or exc
-        else:
-            tracker.ack(ticket)
-        self._wake.set()
-
-    async def _commit_loop(self) -> None:
-        """Write the contiguous acknowledged prefix's offset as soon as acks arrive."""
-        while True:
-            offset = self._tracker.committable()
-            if offset is not None:
-                await self._write_offset(offset)
-                continue
-            if self._closing:
-                return
-            await self._wake.wait()
-            self._wake.clear()
-
-    async def _write_offset(self, offset: SourceOffset) -> None:
-        value = encode_value(offset)
-        attempt = 0
-        while True:
-            try:
-                await self._store.write(self.spec.partition, value)
-                break
-            except KafkaError as exc:
-                delay = self._retry.next_delay(attempt)
-                attempt += 1
-                self._log.warning(
-                    "offset write failed; retrying", error=repr(exc), retry_in=round(delay, 2)
-                )
-                await asyncio.sleep(delay)
+    def _committed(self, offset: SourceOffset) -> None:
         self.status.committed = offset
         metrics.OFFSETS_COMMITTED.labels(table=self.spec.alias).inc()
 
-    # ------------------------------------------------------------------ sweeps
+    # ------------------------------------------------------------------ 2. sweeps
 
     async def _sweeps(self, start: Position) -> None:
-        spec, log = self.spec, self._log
-        await self._ensure_clock()
+        spec = self.spec
+        await self._reader.ensure_clock(self._clock)
         self._set_state(TableState.RUNNING)
         sweep_start = start
         while not self._stop.is_set():
@@ -400,9 +341,8 @@ class Poller:
             self.status.caught_up = True
             self._mark_stream()
             lag = max((self._clock.now() - parse_ts(hi)).total_seconds(), 0.0)
-            self.status.lag_seconds = lag
-            metrics.LAG_SECONDS.labels(table=spec.alias).set(lag)
-            log.info(
+            self._set_lag(lag)
+            self._log.info(
                 "sweep",
                 rows_emitted=result.emitted,
                 rows_suppressed=result.suppressed,
@@ -417,8 +357,140 @@ class Poller:
             sweep_start = next_sweep_start(sweep_start, result.last_read, hi, spec.overlap_seconds)
             # Entries older than the re-read window can never suppress a row again.
             self._dedup.evict_older_than(sweep_start.ts)
-            if await sleep_or_stop(self._stop, spec.poll_interval):
+            if await sleep_or_stop(self._stop.event, spec.poll_interval):
                 return
+
+    async def _sweep(self, start: Position, hi: str) -> _SweepResult:
+        """Pages back to back from ``start`` up to ``hi`` until a short page."""
+        spec = self.spec
+        result = _SweepResult()
+        after, previous, previous_full = start, None, False
+        rewound_floor = Position(hi, "").minus(spec.overlap_seconds).ts
+        fetch: asyncio.Task[tuple[Page, int]] | None = self._prefetch(after, hi)
+        try:
+            while fetch is not None:
+                page, limit = await self._page_of(fetch)
+                fetch = None
+                result.pages += 1
+                self.status.pages += 1
+                self.status.last_error = None
+                metrics.PAGES.labels(table=spec.alias).inc()
+                rows = page.rows
+                if not rows:
+                    if previous_full:
+                        await self._reader.check_hidden(after, hi)
+                    result.caught_up = True
+                    break
+                positions = page_positions(
+                    spec, self._shaper, rows, after=after, hi=hi, previous=previous
+                )
+                full = len(rows) >= limit
+                last = positions[-1]
+                if full and not self._stop.is_set():
+                    fetch = self._prefetch(last, hi)
+                phase = "backfill" if full else "stream"
+                plan = plan_page(
+                    spec,
+                    self._shaper,
+                    rows,
+                    positions,
+                    phase=phase,
+                    cursor=self._cursor,
+                    late_floor=self._late_floor,
+                    dedup=self._dedup,
+                )
+                await self._produce(plan, result)
+                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
+                # older entries can never suppress anything: a long backfill stays small.
+                self._dedup.evict_older_than(min(last.ts, rewound_floor))
+                result.last_read = previous = after = last
+                previous_full = full
+                if not full:
+                    result.caught_up = True
+                else:
+                    self.status.caught_up = False
+                    self.status.phase = "backfill"
+                    metrics.set_phase(spec.alias, "backfill")
+                    lag = (self._clock.now() - parse_ts(self._cursor.ts)).total_seconds()
+                    self._set_lag(max(lag, 0.0))
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+        return result
+
+    def _prefetch(self, after: Position, hi: str) -> asyncio.Task[tuple[Page, int]]:
+        """Fetch the next page while the current one is produced and acknowledged."""
+        return asyncio.create_task(self._reader.page(after, hi), name=f"fetch:{self.spec.alias}")
+
+    async def _page_of(self, fetch: asyncio.Task[tuple[Page, int]]) -> tuple[Page, int]:
+        """A request in flight is abandoned at once when stop is requested."""
+        if not await done_before(fetch, self._stop.event):
+            raise StoppedError("stop requested")
+        return fetch.result()
+
+    async def _produce(self, plan: PagePlan, result: _SweepResult) -> None:
+        """Send a page's records, then wait for their acks (one unacknowledged page at most)."""
+        spec, committer = self.spec, self._committer
+        assert committer is not None
+        futures: list[asyncio.Future[Any]] = []
+        self._inflight = futures
+        caps_before = self._dedup.evictions_by_cap
+        for emit in plan.emits:
+            pos = emit.position
+            ticket = committer.submit(emit.offset)
+            self._last_submitted = emit.offset
+            headers = [
+                *self._headers_base,
+                ("snow.timestamp", pos.ts.encode()),
+                ("snow.phase", emit.offset.phase.encode()),
+            ]
+            try:
+                future = await self._sink.send(spec.topic, pos.id.encode(), emit.value, headers)
+            except KafkaSinkError as exc:
+                raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc}") from exc
+            except KafkaError as exc:
+                if is_fatal_produce_error(exc):
+                    raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc!r}") from exc
+                self._produce_error = exc
+                break
+            future.add_done_callback(functools.partial(self._on_ack, committer, ticket))
+            futures.append(future)
+        assert plan.cursor is not None
+        self._cursor = plan.cursor
+        self.status.cursor = plan.cursor
+        self._count_evictions(self._dedup.evictions_by_cap - caps_before)
+        if not await self._stop.finish(*futures):
+            # Stopping and the deadline passed with records unacknowledged: the drain reports it.
+            raise StoppedError("stop requested while records were unacknowledged")
+        emitted = len(futures)
+        result.emitted += emitted
+        result.suppressed += plan.suppressed
+        result.late += plan.late
+        self.status.rows_emitted += emitted
+        self.status.rows_suppressed += plan.suppressed
+        self.status.rows_late += plan.late
+        metrics.ROWS_EMITTED.labels(table=spec.alias).inc(emitted)
+        if plan.suppressed:
+            metrics.ROWS_SUPPRESSED.labels(table=spec.alias).inc(plan.suppressed)
+        if plan.late:
+            metrics.ROWS_LATE.labels(table=spec.alias).inc(plan.late)
+        failure = self._produce_error
+        if failure is not None:
+            if is_fatal_produce_error(failure):
+                raise KafkaSinkError(f"{spec.describe}: Kafka refused a record: {failure!r}")
+            raise _ProduceFailedError(repr(failure))
+
+    def _on_ack(self, committer: Committer, ticket: int, future: asyncio.Future[Any]) -> None:
+        if committer is not self._committer:
+            return  # an ack from before an internal restart: that generation is gone
+        if future.cancelled():
+            self._produce_error = self._produce_error or RuntimeError("produce cancelled")
+        elif (exc := future.exception()) is not None:
+            metrics.PRODUCE_ERRORS.labels(table=self.spec.alias).inc()
+            self._produce_error = self._produce_error or exc
+        else:
+            committer.ack(ticket)
 
     def _mark_stream(self) -> None:
         """Caught up: make the committed offset say ``stream`` through the ordered commit path."""
@@ -434,297 +506,42 @@ class Poller:
             return
         streamed = replace(last, phase="stream")
         self._last_submitted = streamed
-        ticket = self._tracker.submit(streamed)
-        self._tracker.ack(ticket)
-        self._wake.set()
+        assert self._committer is not None
+        self._committer.commit_now(streamed)
 
-    async def _sweep(self, start: Position, hi: str) -> _SweepResult:
-        result = _SweepResult(last_read=None)
-        after = start
-        previous: Position | None = None
-        fetch: asyncio.Task[tuple[Page, int]] | None = asyncio.create_task(
-            self._fetch(after, hi), name=f"fetch:{self.spec.alias}"
-        )
-        previous_full = False
-        rewound_floor = Position(hi, "").minus(self.spec.overlap_seconds).ts
-        try:
-            while fetch is not None:
-                page, limit = await self._await_or_stop(fetch)
-                fetch = None
-                rows = page.rows
-                result.pages += 1
-                self.status.pages += 1
-                metrics.PAGES.labels(table=self.spec.alias).inc()
-                if not rows:
-                    if previous_full:
-                        await self._check_hidden(after, hi)
-                    result.caught_up = True
-                    break
-                positions = self._positions(rows, after, hi, previous)
-                full = len(rows) >= limit
-                last = positions[-1]
-                if full and not self._stop.is_set():
-                    # Fetch the next page while this one is produced and acknowledged.
-                    fetch = asyncio.create_task(
-                        self._fetch(last, hi), name=f"fetch:{self.spec.alias}"
-                    )
-                phase = "backfill" if full else "stream"
-                await self._produce_page(rows, positions, phase, result)
-                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
-                # older entries can never suppress anything: a long backfill stays small.
-                self._dedup.evict_older_than(min(last.ts, rewound_floor))
-                result.last_read = last
-                previous = last
-                after = last
-                previous_full = full
-                if not full:
-                    result.caught_up = True
-                else:
-                    self.status.caught_up = False
-                    self.status.phase = "backfill"
-                    metrics.set_phase(self.spec.alias, "backfill")
-                    lag = max((self._clock.now() - parse_ts(self._cursor.ts)).total_seconds(), 0)
-                    self.status.lag_seconds = lag
-                    metrics.LAG_SECONDS.labels(table=self.spec.alias).set(lag)
-        finally:
-            if fetch is not None and not fetch.done():
-                fetch.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await fetch
-        return result
+    # ------------------------------------------------------------------ status
 
-    async def _await_or_stop(self, task: asyncio.Task[tuple[Page, int]]) -> tuple[Page, int]:
-        """A request in flight is abandoned at once when stop is requested."""
-        if not await done_before(task, self._stop):
-            raise _StoppingError
-        return task.result()
+    def _set_state(self, state: TableState) -> None:
+        self.status.state = state
+        metrics.set_state(self.spec.alias, state.value)
 
-    def _positions(
-        self,
-        rows: list[dict[str, Any]],
-        after: Position,
-        hi: str,
-        previous: Position | None,
-    ) -> list[Position]:
-        """Cursor positions of a page's rows, enforcing the ordering guard (SPEC §5)."""
-        spec, raw = self.spec, self._shaper.raw
-        positions: list[Position] = []
-        for row in rows:
-            ident = raw(row, spec.id_field)
-            stamp = raw(row, spec.timestamp_field)
-            if not ident:
-                raise TableFailedError(
-                    f"{spec.describe}: a row has no {spec.id_field!r} value "
-                    f"(row sys_id={raw(row, 'sys_id')!r}, "
-                    f"{spec.id_field}={row.get(spec.id_field)!r}); "
-                    f"check fields / ACLs of the integration user"
-                )
-            if stamp is None or not is_valid_ts(stamp):
-                raise TableFailedError(
-                    f"{spec.describe}: row {spec.id_field}={ident} has field "
-                    f"{spec.timestamp_field!r} = {row.get(spec.timestamp_field)!r}, not a "
-                    f"YYYY-MM-DD HH:MM:SS timestamp"
-                )
-            if problem := cursor_id_problem(ident, spec.id_field):
-                # Emitting it would commit an offset that no restart could load (SPEC §13.1).
-                raise TableFailedError(f"{spec.describe}: a row's {spec.id_field}: {problem}")
-            pos = Position(stamp, ident)
-            if (previous is not None and pos <= previous) or not in_window(pos, after, hi):
-                raise TableFailedError(
-                    f"{spec.describe}: rows out of cursor order: the instance did not honour "
-                    f"ORDERBY, or the query was rewritten (row {ident} at {stamp} after "
-                    f"{previous.ts + '/' + previous.id if previous else '-'}, window after "
-                    f"{after.ts}/{after.id or '-'} up to {hi})"
-                )
-            positions.append(pos)
-            previous = pos
-        return positions
+    def _set_lag(self, lag: float) -> None:
+        self.status.lag_seconds = lag
+        metrics.LAG_SECONDS.labels(table=self.spec.alias).set(lag)
 
-    async def _produce_page(
-        self,
-        rows: list[dict[str, Any]],
-        positions: list[Position],
-        phase: str,
-        result: _SweepResult,
-    ) -> None:
-        spec, dedup, tracker = self.spec, self._dedup, self._tracker
-        alias = spec.alias
-        futures: list[asyncio.Future[Any]] = []
-        self._inflight = futures
-        fingerprint = spec.partition.query_fingerprint
-        cursor = self._cursor
-        caps_before = dedup.evictions_by_cap
-        for row, pos in zip(rows, positions, strict=True):
-            value = self._shaper.value_bytes(row)
-            value_digest = digest(value)
-            if not dedup.should_emit(pos.id, pos.ts, value_digest):
-                result.suppressed += 1
-                continue
-            if self._late_floor <= pos < cursor and not dedup.contains(pos.id):
-                result.late += 1
-            dedup.remember(pos.id, pos.ts, value_digest)
-            cursor = max(cursor, pos)
-            offset = SourceOffset(
-                timestamp=cursor.ts, sys_id=cursor.id, phase=phase, fingerprint=fingerprint
-            )
-            ticket = tracker.submit(offset)
-            self._last_submitted = offset
-            headers = [
-                *self._headers_base,
-                ("snow.timestamp", pos.ts.encode()),
-                ("snow.phase", phase.encode()),
-            ]
-            try:
-                future = await self._sink.send(spec.topic, pos.id.encode(), value, headers)
-            except KafkaSinkError as exc:
-                raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc}") from exc
-            except KafkaError as exc:
-                if is_fatal_produce_error(exc):
-                    raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc!r}") from exc
-                self._produce_error = exc
-                break
-            future.add_done_callback(functools.partial(self._on_done, tracker, ticket))
-            futures.append(future)
-            result.emitted += 1
-        self._cursor = cursor
-        self.status.cursor = cursor
-        evicted = dedup.evictions_by_cap - caps_before
+    def _count_evictions(self, evicted: int) -> None:
         if evicted:
-            metrics.DEDUP_EVICTIONS.labels(table=alias).inc(evicted)
+            metrics.DEDUP_EVICTIONS.labels(table=self.spec.alias).inc(evicted)
             self._log.warning(
                 "dedup cache full: oldest entries evicted; overlap rows may be re-emitted "
                 "(raise dedup.max.entries above the rows changed per overlap window)",
                 evicted=evicted,
-                max_entries=dedup.max_entries,
-            )
-        if futures:
-            await asyncio.wait(futures)
-        if self._committer is not None and self._committer.done():
-            # The committer only ends on its own when it failed: never keep producing then.
-            self._committer.result()
-            raise RuntimeError("offset committer stopped unexpectedly")
-        emitted = len(futures)
-        self.status.rows_emitted += emitted
-        self.status.rows_suppressed += result.suppressed
-        self.status.rows_late += result.late
-        metrics.ROWS_EMITTED.labels(table=alias).inc(emitted)
-        if result.suppressed:
-            metrics.ROWS_SUPPRESSED.labels(table=alias).inc(result.suppressed)
-        if result.late:
-            metrics.ROWS_LATE.labels(table=alias).inc(result.late)
-        failure = self._produce_error
-        if failure is not None:
-            if is_fatal_produce_error(failure):
-                raise KafkaSinkError(f"{spec.describe}: Kafka refused a record: {failure!r}")
-            raise _ProduceFailedError(repr(failure))
-
-    # ------------------------------------------------------------------ requests
-
-    def _fields(self) -> str | None:
-        spec = self.spec
-        if not spec.fields:
-            return None
-        wanted = [*spec.fields, spec.timestamp_field, spec.id_field, "sys_mod_count"]
-        return ",".join(dict.fromkeys(wanted))
-
-    def _params(self, after: Position, hi: str, limit: int) -> dict[str, str]:
-        spec = self.spec
-        params = {
-            "sysparm_query": page_query(
-                spec.normalised_query, spec.timestamp_field, spec.id_field, after, hi
-            ),
-            "sysparm_limit": str(limit),
-            "sysparm_display_value": self._shaper.request_display_value,
-            "sysparm_exclude_reference_link": "true" if spec.exclude_reference_link else "false",
-            "sysparm_no_count": "true",
-            "sysparm_suppress_pagination_header": "true",
-        }
-        if self._fields_param:
-            params["sysparm_fields"] = self._fields_param
-        if spec.query_category:
-            params["sysparm_query_category"] = spec.query_category
-        if not spec.query_domain:
-            params["sysparm_query_no_domain"] = "true"
-        return params
-
-    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
-        limit_box: list[int] = []
-
-        def params() -> dict[str, str]:
-            limit = self._sizer.size
-            limit_box.append(limit)
-            return self._params(after, hi, limit)
-
-        page = await self._request(params, sizing=True)
-        return page, limit_box[-1]
-
-    async def _ensure_clock(self) -> None:
-        """HI is never computed from the local clock alone: see one ``Date`` header first."""
-        if self._clock.has_observation:
-            return
-        spec = self.spec
-        probe = {
-            "sysparm_limit": "1",
-            "sysparm_fields": f"{spec.timestamp_field},{spec.id_field}",
-            "sysparm_no_count": "true",
-            "sysparm_suppress_pagination_header": "true",
-        }
-        if not spec.query_domain:
-            probe["sysparm_query_no_domain"] = "true"
-        await self._request(lambda: probe, sizing=False)
-
-    async def _check_hidden(self, after: Position, hi: str) -> None:
-        """An empty page after a full one: are rows there that the user may not read?"""
-        params = self._params(after, hi, 1)
-        params["sysparm_no_count"] = "false"
-        page = await self._request(lambda: params, sizing=False)
-        if page.total_count and not page.rows:
-            raise TableFailedError(
-                f"{self.spec.describe}: {page.total_count} row(s) after "
-                f"{after.ts}/{after.id or '-'} match the query but none is readable by the "
-                f"integration user (row-level ACLs are applied after sysparm_limit); grant read "
-                f"access to these rows or narrow the table's query"
+                max_entries=self._dedup.max_entries,
             )
 
-    async def _request(self, params: Callable[[], Mapping[str, str]], *, sizing: bool) -> Page:
-        """One logical request with the retry policy of SPEC §9 (forever, until stop)."""
-        alias, log = self.spec.alias, self._log
-        attempt = 0
-        while True:
-            if self._stop.is_set():
-                raise _StoppingError
-            try:
-                page = await self._client.get_page(self.spec.name, params(), label=alias)
-            except ExecutionTimeExceededError as exc:
-                if sizing and self._sizer.shrink():
-                    log.warning(
-                        "page too expensive for the instance; halving the page size",
-                        page_size=self._sizer.size,
-                        error=str(exc),
-                    )
-                    metrics.RETRIES.labels(table=alias).inc()
-                    continue
-                delay = self._retry.next_delay(attempt)
-                error: Exception = exc
-            except RateLimitedError as exc:
-                delay = self._retry.next_delay(attempt, exc.retry_after)
-                metrics.THROTTLED_SECONDS.labels(table=alias).inc(delay)
-                error = exc
-            except RetriableError as exc:
-                delay = self._retry.next_delay(attempt)
-                error = exc
-            else:
-                if sizing:
-                    self._sizer.success()
-                return page
-            attempt += 1
-            metrics.RETRIES.labels(table=alias).inc()
-            log.warning(
-                "ServiceNow request failed; retrying",
-                error=str(error),
-                status=getattr(error, "status", None),
-                attempt=attempt,
-                retry_in=round(delay, 2),
-            )
-            if await sleep_or_stop(self._stop, delay):
-                raise _StoppingError
+    def _committed_text(self) -> str | None:
+        c = self.status.committed
+        return f"{c.timestamp}/{c.sys_id or '-'}/{c.phase}" if c else None
+
+    def _named(self, message: str) -> str:
+        return message if self.spec.describe in message else f"{self.spec.describe}: {message}"
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a task group ended with: the first that is not a cancellation."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]

@@ -1,47 +1,71 @@
 """The supervisor: one process, its resources, and one poller per owned table (SPEC §1, §10).
 
-Resources are opened in dependency order with an ``AsyncExitStack`` (Kafka reachable, HTTP
-session, producer, offsets store) and closed in reverse. Pollers run as named tasks; the
-supervisor can stop them all (graceful: stop requests, drain acks, write final offsets), start
-a fresh generation from the stored offsets (resume / restart) and shut down within one deadline.
+Resources are opened in dependency order (Kafka reachable, HTTP session, producer, offsets
+store, the API given by the caller, group membership) and closed in reverse. The pollers of one
+*generation* run in one ``asyncio.TaskGroup``; the supervisor can stop a generation (stop
+requests, drain acks, write final offsets), start a fresh one from the stored offsets (resume /
+restart) and shut down.
+
+Shutdown creates one ``Deadline`` (``shutdown.timeout.seconds``) when it is requested; the
+pollers' drains and every close get what is left of it, and whatever is still running when it
+passes is cancelled. Once shutdown began the supervisor is *closing* (a flag kept under its lock):
+no generation starts any more, whoever asks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TypeVar
 
 import structlog
 
 from snowsource.adapters.kafka import KafkaConnection, wait_for_kafka
 from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
-from snowsource.config.settings import AuthType, Settings, TableConfig, redacted_dict
-from snowsource.core.assignment import assign
+from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
-from snowsource.core.errors import FencedError
-from snowsource.core.offsets_codec import legacy_partition_for, partition_for
-from snowsource.core.query import normalise_query
+from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
-from snowsource.core.table import TableSpec
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.wiring import (
+    kafka_connection,
+    owned_specs,
+    secret_value,
+    snow_auth,
+    snow_client,
+    table_spec,
+)
 from snowsource.observability import metrics
 from snowsource.observability.logs import register_secrets
 from snowsource.runtime.aio import done_before
+from snowsource.runtime.deadline import Deadline, StopSignal
+from snowsource.runtime.resource import AsyncResource
 
-if TYPE_CHECKING:
-    from snowsource.api.rest import RestServer
+__all__ = [
+    "ConnectorState",
+    "Daemon",
+    "ShuttingDownError",
+    "kafka_connection",
+    "owned_specs",
+    "snow_auth",
+    "table_spec",
+]
 
 log = structlog.get_logger("snowsource.engine.supervisor")
+
+# Once the deadline passed and the pollers were cancelled, how long we still wait for them to
+# unwind before abandoning them (cancellation is prompt unless a library swallows it).
+_CANCEL_GRACE_SECONDS = 1.0
+
+R = TypeVar("R", bound=AsyncResource)
+ApiFactory = Callable[["Daemon"], AsyncResource]
 
 
 class ConnectorState(StrEnum):
@@ -53,110 +77,29 @@ class ConnectorState(StrEnum):
     FAILED = "FAILED"
 
 
-def _secret(value: Any) -> str | None:
-    return value.get_secret_value() if value is not None else None
-
-
-def kafka_connection(settings: Settings, *, client_id: str = "snowsource") -> KafkaConnection:
-    """The aiokafka connection settings of this configuration."""
-    k = settings.kafka
-    return KafkaConnection(
-        bootstrap_servers=k.bootstrap_servers,
-        security_protocol=str(k.security_protocol),
-        sasl_mechanism=str(k.sasl_mechanism) if k.sasl_mechanism else None,
-        sasl_username=k.sasl_username,
-        sasl_password=_secret(k.sasl_password),
-        ssl_cafile=k.ssl_cafile,
-        ssl_certfile=k.ssl_certfile,
-        ssl_keyfile=k.ssl_keyfile,
-        client_id=client_id,
-    )
-
-
-def snow_auth(settings: Settings) -> Auth:
-    """The ServiceNow client's credentials."""
-    a = settings.snow.auth
-    if a.type == AuthType.OAUTH2:
-        assert a.oauth_client_id is not None
-        assert a.oauth_client_secret is not None
-        return OAuth2Auth(
-            grant_type="password"
-            if str(a.oauth_grant_type) == "password"
-            else "client_credentials",
-            client_id=a.oauth_client_id,
-            client_secret=a.oauth_client_secret,
-            token_url=settings.snow.token_url,
-            username=a.username,
-            password=a.password,
-        )
-    if a.type == AuthType.API_KEY:
-        assert a.api_key is not None
-        return ApiKeyAuth(api_key=a.api_key)
-    if a.username is None and a.password is None:
-        return None
-    assert a.username is not None
-    assert a.password is not None
-    return BasicAuth(username=a.username, password=a.password)
-
-
-def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
-    """Resolve one table's configuration into what its poller needs."""
-    common: dict[str, Any] = {
-        "snow_url": settings.snow.url,
-        "table": table.name,
-        "query": table.query,
-        "query_domain": table.query_domain,
-        "timestamp_field": table.timestamp_field,
-    }
-    return TableSpec(
-        alias=alias,
-        name=table.name,
-        topic=table.topic,
-        normalised_query=normalise_query(table.query),
-        query_domain=table.query_domain,
-        query_category=table.query_category,
-        timestamp_field=table.timestamp_field,
-        id_field=table.id_field,
-        fields=tuple(table.fields),
-        display_value=str(table.display_value),
-        exclude_reference_link=table.exclude_reference_link,
-        start_timestamp=table.start_timestamp,
-        batch_size=table.batch_size,
-        poll_interval=table.poll_interval_ms / 1000,
-        overlap_seconds=table.overlap_seconds,
-        safety_lag_seconds=table.safety_lag_seconds,
-        dedup_max_entries=settings.dedup_max_entries,
-        partition=partition_for(**common),
-        legacy_partition=legacy_partition_for(**common),
-    )
-
-
-def owned_specs(settings: Settings) -> list[TableSpec]:
-    """Specs of the tables this process's ``task.id`` owns (SPEC §10)."""
-    owners = assign(list(settings.tables), settings.tasks_max)
-    return [
-        table_spec(settings, alias, table)
-        for alias, table in settings.tables.items()
-        if owners[alias] == settings.task_id
-    ]
+class ShuttingDownError(SnowsourceError):
+    """Shutdown began: no poller starts any more."""
 
 
 @dataclass
 class _Generation:
-    """One set of running pollers sharing a stop event."""
+    """One set of running pollers sharing a stop signal, run by one task group."""
 
-    stop: asyncio.Event
+    stop: StopSignal
     pollers: dict[str, Poller]
-    tasks: dict[str, asyncio.Task[None]]
+    task: asyncio.Task[None]
 
 
 class Daemon:
-    """Runs the owned tables of one task until shutdown."""
+    """Runs the owned tables of one task until shutdown.
 
-    def __init__(self, settings: Settings) -> None:
+    ``api`` builds a resource served beside the pollers (the REST server); it is opened after
+    the offsets store and closed before it.
+    """
+
+    def __init__(self, settings: Settings, *, api: ApiFactory | None = None) -> None:
         self.settings = settings
         self.specs = owned_specs(settings)
-        self.instance = settings.snow.instance
         self.clock = InstanceClock()
         self.store: OffsetStore | None = None
         self.client: ServiceNowClient | None = None
@@ -164,19 +107,24 @@ class Daemon:
         self.target = ConnectorState.RUNNING
         self.kafka_ready = False
         self.topic_problems: dict[str, str] = {}
+        self.ready = asyncio.Event()
+        self.fenced_by: str | None = None
+        self.membership: GroupMembership | None = None
+        self.api: AsyncResource | None = None
+        self._api_factory = api
+        self._conn: KafkaConnection = kafka_connection(settings)
         self._generation: _Generation | None = None
         self._lock = asyncio.Lock()
+        self._closing = False
+        self._deadline: Deadline | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._crashed: BaseException | None = None
         self._retry = RetryPolicy(
             settings.snow.http.retry_initial_backoff_ms / 1000,
             settings.snow.http.retry_max_backoff_ms / 1000,
         )
-        self.ready = asyncio.Event()
-        self.fenced_by: str | None = None
-        self.membership: GroupMembership | None = None
-        self.rest: RestServer | None = None  # set while the REST API serves (url, port)
-        self._shutdown: asyncio.Event | None = None
         register_secrets(
-            _secret(s)
+            secret_value(s)
             for s in (
                 settings.snow.auth.password,
                 settings.snow.auth.oauth_client_secret,
@@ -203,14 +151,50 @@ class Daemon:
             return ConnectorState.FAILED
         return ConnectorState.RUNNING
 
+    @property
+    def closing(self) -> bool:
+        """True once shutdown began: nothing starts any more."""
+        return self._closing
+
     # ----------------------------------------------------------------- running
 
-    async def run(
-        self, shutdown: asyncio.Event, *, on_ready: Callable[[], None] | None = None
-    ) -> int:
+    async def run(self, shutdown: asyncio.Event) -> int:
         """Open resources, run pollers until ``shutdown`` is set, then stop within the deadline."""
         s = self.settings
-        conn = kafka_connection(s)
+        self._log_start()
+        self._shutdown = shutdown
+        # SIGTERM while Kafka is still unreachable at start is a clean exit (0), not a failure.
+        waiting = asyncio.create_task(
+            wait_for_kafka(self._conn, s.kafka.startup_timeout_seconds), name="wait-for-kafka"
+        )
+        if not await done_before(waiting, shutdown):
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            log.info("shutdown requested before Kafka was reachable")
+            return 0
+        waiting.result()
+        self.kafka_ready = True
+        async with AsyncExitStack() as stack:
+            await self._open_resources(stack)
+            await self.start_pollers()
+            self.ready.set()
+            try:
+                await shutdown.wait()
+            finally:
+                await self._shut_down()
+        log.info("shutdown complete")
+        if self.fenced_by is not None:
+            raise FencedError(
+                f"a newer process with task.id {s.task_id} took over ({self.fenced_by}); "
+                f"this one committed what Kafka acknowledged and stopped"
+            )
+        if self._crashed is not None:
+            raise SnowsourceError(f"the pollers crashed: {self._crashed!r}")
+        return 0
+
+    def _log_start(self) -> None:
+        s = self.settings
         log.info("effective configuration", config=redacted_dict(s))
         for spec in self.specs:
             log.info(
@@ -226,89 +210,68 @@ class Daemon:
                 tasks_max=s.tasks_max,
                 tables=list(s.tables),
             )
-        self._shutdown = shutdown
-        # SIGTERM while Kafka is still unreachable at start is a clean exit (0), not a failure.
-        waiting = asyncio.create_task(
-            wait_for_kafka(conn, s.kafka.startup_timeout_seconds), name="wait-for-kafka"
-        )
-        if not await done_before(waiting, shutdown):
-            waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiting
-            log.info("shutdown requested before Kafka was reachable")
-            return 0
-        waiting.result()
-        self.kafka_ready = True
-        async with AsyncExitStack() as stack:
-            self.client = await stack.enter_async_context(
-                ServiceNowClient(
-                    s.snow.url,
-                    snow_auth(s),
-                    connect_timeout=s.snow.http.connect_timeout_ms / 1000,
-                    request_timeout=s.snow.http.request_timeout_ms / 1000,
-                    max_concurrent_requests=s.snow.http.max_concurrent_requests,
-                    proxy=s.snow.http.proxy_url,
-                    ca_file=s.snow.http.ca_file,
-                    on_date=self.clock.observe_date_header,
-                    on_response=_observe_response,
-                )
-            )
-            self.sink = await stack.enter_async_context(
-                RecordSink(
-                    conn,
-                    linger_ms=s.kafka.linger_ms,
-                    max_request_size=s.kafka.max_request_size,
-                    compression_type=str(s.kafka.compression_type),
-                )
-            )
-            self.store = await stack.enter_async_context(
-                OffsetStore(
-                    conn,
-                    topic=s.offset_storage_topic,
-                    connector=s.name,
-                    partitions=s.offset_storage_partitions,
-                    replication_factor=s.offset_storage_replication_factor,
-                )
-            )
-            self.topic_problems = await ensure_topics(
-                conn,
-                [spec.topic for spec in self.specs],
-                create=s.topic_creation_enable,
-                partitions=s.topic_creation_partitions,
-                replication_factor=s.topic_creation_replication_factor,
-                configs=s.topic_creation_configs,
-            )
-            if s.rest.enabled:
-                # Imported here because rest imports this module (ConnectorState, table_spec).
-                from snowsource.api.rest import RestServer  # noqa: PLC0415
 
-                self.rest = await stack.enter_async_context(RestServer(self))
-            membership = await stack.enter_async_context(
-                GroupMembership(
-                    conn,
-                    connector=s.name,
-                    task_id=s.task_id,
-                    topic=s.offset_storage_topic,
-                    on_fenced=self._fenced,
-                )
-            )
-            self.membership = membership
-            await self.start_pollers()
-            self.ready.set()
-            if on_ready is not None:
-                on_ready()
-            try:
-                await shutdown.wait()
-            finally:
-                log.info("shutting down", timeout_s=s.shutdown_timeout_seconds)
-                await self.stop_pollers(deadline=time.monotonic() + s.shutdown_timeout_seconds)
-        log.info("shutdown complete")
-        if self.fenced_by is not None:
-            raise FencedError(
-                f"a newer process with task.id {s.task_id} took over ({self.fenced_by}); "
-                f"this one committed what Kafka acknowledged and stopped"
-            )
-        return 0
+    async def _open_resources(self, stack: AsyncExitStack) -> None:
+        s, conn = self.settings, self._conn
+        self.client = await self._open(
+            stack,
+            snow_client(s, on_date=self.clock.observe_date_header, on_response=_observe_response),
+        )
+        self.sink = await self._open(
+            stack,
+            RecordSink(
+                conn,
+                linger_ms=s.kafka.linger_ms,
+                max_request_size=s.kafka.max_request_size,
+                compression_type=str(s.kafka.compression_type),
+            ),
+        )
+        self.store = await self._open(
+            stack,
+            OffsetStore(
+                conn,
+                topic=s.offset_storage_topic,
+                connector=s.name,
+                partitions=s.offset_storage_partitions,
+                replication_factor=s.offset_storage_replication_factor,
+            ),
+        )
+        self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+        if self._api_factory is not None:
+            self.api = await self._open(stack, self._api_factory(self))
+        self.membership = await self._open(
+            stack,
+            GroupMembership(
+                conn,
+                connector=s.name,
+                task_id=s.task_id,
+                topic=s.offset_storage_topic,
+                on_fenced=self._fenced,
+            ),
+        )
+
+    async def _open(self, stack: AsyncExitStack, resource: R) -> R:
+        """Start ``resource`` (a failed start closes what it opened) and close it at the end
+        within the shutdown deadline."""
+        await resource.__aenter__()
+        stack.push_async_callback(self._close, resource)
+        return resource
+
+    async def _close(self, resource: AsyncResource) -> None:
+        await resource.close(self._shutdown_deadline())
+
+    def _shutdown_deadline(self) -> Deadline:
+        """The one deadline of this shutdown, created the first time it is needed."""
+        if self._deadline is None:
+            self._deadline = Deadline.after(self.settings.shutdown_timeout_seconds)
+        return self._deadline
+
+    async def _shut_down(self) -> None:
+        deadline = self._shutdown_deadline()
+        log.info("shutting down", timeout_s=self.settings.shutdown_timeout_seconds)
+        async with self._lock:
+            self._closing = True
+            await self._stop_generation(deadline)
 
     def _fenced(self, newer: str) -> None:
         """Called by the group membership when a newer member has our task id."""
@@ -318,22 +281,43 @@ class Daemon:
             if self._shutdown is not None:
                 self._shutdown.set()
 
-    async def start_pollers(self) -> None:
-        """Start a fresh generation of pollers from the stored offsets (start, resume, restart)."""
+    async def _topic_problems(self, topics: list[str]) -> dict[str, str]:
+        s = self.settings
+        return await ensure_topics(
+            self._conn,
+            topics,
+            create=s.topic_creation_enable,
+            partitions=s.topic_creation_partitions,
+            replication_factor=s.topic_creation_replication_factor,
+            configs=s.topic_creation_configs,
+        )
+
+    # ----------------------------------------------------------------- generations
+
+    async def start_pollers(self, *, reload: bool = False) -> None:
+        """Start a fresh generation from the stored offsets (start, resume, restart).
+
+        ``reload`` re-reads the offsets topic first (a PATCH or the offsets script may have
+        changed it) and looks again at output topics that were missing. Raises
+        ``ShuttingDownError`` once shutdown began.
+        """
         async with self._lock:
+            if self._closing:
+                raise ShuttingDownError("snowsource is shutting down; nothing is started")
             if self._generation is not None:
                 return
             assert self.client is not None
             assert self.sink is not None
             assert self.store is not None
-            stop = asyncio.Event()
+            if reload:
+                await self.store.load()
+                if self.topic_problems:
+                    self.topic_problems = await self._topic_problems(list(self.topic_problems))
+            stop = StopSignal()
             pollers: dict[str, Poller] = {}
-            tasks: dict[str, asyncio.Task[None]] = {}
             for spec in self.specs:
                 poller = Poller(
                     spec,
-                    connector=self.settings.name,
-                    instance=self.instance,
                     client=self.client,
                     sink=self.sink,
                     store=self.store,
@@ -345,60 +329,77 @@ class Daemon:
                 problem = self.topic_problems.get(spec.topic)
                 if problem:
                     poller.fail(problem)
-                    continue
-                tasks[spec.alias] = asyncio.create_task(
-                    _bound(spec.alias, poller.run()), name=f"poller:{spec.alias}"
-                )
-            self._generation = _Generation(stop=stop, pollers=pollers, tasks=tasks)
+            runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
+            task = asyncio.create_task(_run_all(runnable), name="pollers")
+            task.add_done_callback(self._generation_ended)
+            self._generation = _Generation(stop=stop, pollers=pollers, task=task)
             self.target = ConnectorState.RUNNING
 
-    async def stop_pollers(self, *, deadline: float | None = None) -> None:
-        """Stop every poller: drain acks and write final offsets, cancel at ``deadline``."""
+    async def stop_pollers(
+        self, deadline: Deadline, *, target: ConnectorState = ConnectorState.STOPPED
+    ) -> list[str]:
+        """Stop every poller within ``deadline`` and enter ``target``.
+
+        Returns one problem per table whose final offset could not be written (empty when
+        every acknowledged record's offset is in the offsets topic).
+        """
         async with self._lock:
-            generation = self._generation
-            if generation is None:
-                return
-            generation.stop.set()
-            tasks = list(generation.tasks.values())
-            if tasks:
-                timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
-                _done, pending = await asyncio.wait(tasks, timeout=timeout)
-                for task in pending:
-                    log.warning("shutdown deadline passed; cancelling", task=task.get_name())
-                    task.cancel()
-                if pending:
-                    await asyncio.wait(pending)
-                for task in tasks:
-                    if not task.cancelled() and task.exception() is not None:
-                        log.error("poller crashed", task=task.get_name(), error=task.exception())
-            self._generation = None
+            problems = await self._stop_generation(deadline)
+            self.target = target
+            return problems
 
-    async def restart_pollers(self) -> None:
-        """Stop and start again from the stored offsets (FAILED tables included)."""
-        await self.stop_pollers(deadline=time.monotonic() + self.settings.shutdown_timeout_seconds)
-        await self.start_pollers()
+    async def _stop_generation(self, deadline: Deadline) -> list[str]:
+        generation = self._generation
+        if generation is None:
+            return []
+        self._generation = None
+        generation.stop.request(deadline)
+        task = generation.task
+        await asyncio.wait({task}, timeout=deadline.remaining())
+        if not task.done():
+            log.warning("shutdown deadline passed; cancelling the pollers still draining")
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CANCEL_GRACE_SECONDS)
+        problems: list[str] = []
+        for alias, poller in generation.pollers.items():
+            status = poller.status
+            if status.unfinished:
+                problems.append(status.unfinished)
+            elif status.state not in (TableState.STOPPED, TableState.FAILED):
+                problems.append(
+                    f"{poller.spec.describe}: cancelled at the shutdown deadline before its "
+                    f"final offset was written"
+                )
+                log.warning("poller abandoned at the deadline", table=alias)
+        return problems
+
+    def _generation_ended(self, task: asyncio.Task[None]) -> None:
+        """A generation ends only when stopped; a crash (a bug) shuts the process down."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        while isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]  # the poller's own error, not the group around it
+        self._crashed = error
+        log.error("pollers crashed; shutting down", error=repr(self._crashed))
+        if self._shutdown is not None:
+            self._shutdown.set()
 
 
-async def _bound(alias: str, coro: Any) -> None:
+async def _run_all(pollers: dict[str, Poller]) -> None:
+    """Every table of a generation in one task group: a poller that raises (a bug; tables
+    fail on their own otherwise) ends the whole generation instead of vanishing."""
+    async with asyncio.TaskGroup() as group:
+        for alias, poller in pollers.items():
+            group.create_task(_bound(alias, poller), name=f"poller:{alias}")
+
+
+async def _bound(alias: str, poller: Poller) -> None:
     """Run a poller with its table bound to every log line it (and what it calls) writes."""
     with structlog.contextvars.bound_contextvars(table=alias):
-        await coro
+        await poller.run()
 
 
 def _observe_response(table: str, status: int, seconds: float) -> None:
     metrics.HTTP_REQUESTS.labels(table=table, status=str(status)).inc()
     metrics.HTTP_LATENCY.labels(table=table).observe(seconds)
-
-
-async def run_until_signal(settings: Settings) -> int:
-    """``snowsource run``: the daemon with SIGTERM/SIGINT wired to a graceful shutdown."""
-    shutdown = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, shutdown.set)
-    try:
-        return await Daemon(settings).run(shutdown)
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)

@@ -14,6 +14,7 @@ import orjson
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from snowsource.cli.run import compose
 from snowsource.config.settings import Settings, load_config
 from snowsource.core.offsets_codec import parse_key
 from snowsource.engine.poller import TableStatus
@@ -83,8 +84,9 @@ async def poll_until(
 
 @contextlib.asynccontextmanager
 async def running(settings: Settings) -> AsyncIterator[Daemon]:
-    """Run a daemon in this event loop until the block ends (graceful shutdown)."""
-    daemon = Daemon(settings)
+    """Run a daemon (with REST when enabled) in this event loop until the block ends
+    (graceful shutdown)."""
+    daemon = compose(settings)
     shutdown = asyncio.Event()
     task = asyncio.create_task(daemon.run(shutdown), name="daemon")
     ready = asyncio.create_task(daemon.ready.wait())

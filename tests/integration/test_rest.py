@@ -18,12 +18,14 @@ from snowsource.api.rest import (
     MUST_BE_STOPPED_MESSAGE,
     NEED_OFFSETS_MESSAGE,
     RESET_MESSAGE,
+    RestServer,
 )
 from snowsource.config.settings import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.supervisor import Daemon, table_spec
+from snowsource.engine.supervisor import Daemon
+from snowsource.engine.wiring import table_spec
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
@@ -51,9 +53,14 @@ def rest_settings(env: Env, tables: dict[str, dict[str, Any]], **top: Any) -> Se
     return env.settings(tables, rest=rest, **top)
 
 
+def rest_of(daemon: Daemon) -> RestServer:
+    """The REST server the daemon serves (composed by ``snowsource.cli.run``)."""
+    assert isinstance(daemon.api, RestServer)
+    return daemon.api
+
+
 def base_url(daemon: Daemon) -> str:
-    assert daemon.rest is not None
-    return f"{daemon.rest.url}/connectors/{daemon.settings.name}"
+    return f"{rest_of(daemon).url}/connectors/{daemon.settings.name}"
 
 
 async def call(
@@ -125,9 +132,8 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
     settings = rest_settings(env, {"incident": {"name": "incident"}})
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))
-        assert daemon.rest is not None
-        root, url, name = daemon.rest.url, base_url(daemon), env.name
-        worker = f"127.0.0.1:{daemon.rest.port}"
+        root, url, name = rest_of(daemon).url, base_url(daemon), env.name
+        worker = f"127.0.0.1:{rest_of(daemon).port}"
 
         status, info = await call(http, "GET", f"{root}/")
         assert status == 200
@@ -540,8 +546,7 @@ async def test_ready_is_503_when_every_table_failed_and_restart_recovers(
     env.emu.deny_table("admin", "incident")
     settings = rest_settings(env, {"incident": {"name": "incident"}})
     async with running(settings) as daemon:
-        assert daemon.rest is not None
-        ready_url = f"{daemon.rest.url}/health/ready"
+        ready_url = f"{rest_of(daemon).url}/health/ready"
         await poll_until(lambda: daemon.pollers["incident"].status.state == "FAILED")
         status, body = await call(http, "GET", ready_url)
         assert status == 503
@@ -555,7 +560,7 @@ async def test_ready_is_503_when_every_table_failed_and_restart_recovers(
         assert state["tasks"][0]["trace"].startswith("incident: ")
         assert state["tables"]["incident"]["last_error"]
         # Live is about the process, not the tables.
-        assert (await call(http, "GET", f"{daemon.rest.url}/health/live"))[0] == 200
+        assert (await call(http, "GET", f"{rest_of(daemon).url}/health/live"))[0] == 200
 
         env.emu.clear_acls()
         status, state = await call(
@@ -575,8 +580,7 @@ async def test_bearer_token_guards_every_request_but_liveness(
     settings = rest_settings(env, {"incident": {"name": "incident"}}, rest={"auth.token": TOKEN})
     with capture_logs() as logs:
         async with running(settings) as daemon:
-            assert daemon.rest is not None
-            root = daemon.rest.url
+            root = rest_of(daemon).url
             good = {"Authorization": f"Bearer {TOKEN}"}
             for path in (
                 "/",

@@ -20,7 +20,15 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.observability.redact import register_secret
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running
-from tests.integration.test_rest import base_url, call, offset, rest_settings, spec_of, stop
+from tests.integration.test_rest import (
+    base_url,
+    call,
+    offset,
+    rest_of,
+    rest_settings,
+    spec_of,
+    stop,
+)
 
 pytestmark = [pytest.mark.kafka]
 
@@ -209,8 +217,7 @@ async def _raw_request(port: int, head: bytes, body: bytes = b"") -> bytes:
 
 
 def _rest_port(daemon: Daemon) -> int:
-    assert daemon.rest is not None
-    return daemon.rest.port
+    return rest_of(daemon).port
 
 
 async def test_undecodable_authorization_bytes_are_401_not_500(env: Env) -> None:

@@ -23,6 +23,7 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.observability.build import find_commit
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, running
+from tests.integration.test_rest import rest_of
 
 JSON = {"Content-Type": "application/json"}
 NAME = "{name}"  # replaced by the test's connector name
@@ -195,8 +196,7 @@ async def test_answers_match_kafka_connect(env: Env, http: ClientSession) -> Non
     settings = env.settings({"incident": {"name": "incident"}}, rest={"enabled": True, "port": 0})
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))
-        assert daemon.rest is not None
-        root = daemon.rest.url
+        root = rest_of(daemon).url
         partition = orjson.dumps(daemon.specs[0].partition.as_dict())
         mismatches = []
         for case in CASES:
@@ -212,8 +212,8 @@ async def test_answers_match_kafka_connect(env: Env, http: ClientSession) -> Non
 
 
 async def _status(http: ClientSession, daemon: Daemon) -> Any:
-    assert daemon.rest is not None
-    url = f"{daemon.rest.url}/connectors/{daemon.settings.name}/status"
+    assert daemon.api is not None
+    url = f"{rest_of(daemon).url}/connectors/{daemon.settings.name}/status"
     async with http.get(url) as resp:
         assert resp.status == 200
         return await resp.json()
@@ -247,8 +247,7 @@ async def test_offsets_are_listed_by_table_whatever_the_configuration_order(
         await poll_until(
             lambda: all(p.status.committed is not None for p in daemon.pollers.values())
         )
-        assert daemon.rest is not None
-        url = f"{daemon.rest.url}/connectors/{env.name}/offsets"
+        url = f"{rest_of(daemon).url}/connectors/{env.name}/offsets"
         listings = []
         for _ in range(2):
             async with http.get(url) as resp:
@@ -262,10 +261,8 @@ async def test_offsets_are_listed_by_table_whatever_the_configuration_order(
 async def test_root_reports_the_running_code_commit(env: Env, http: ClientSession) -> None:
     settings = env.settings({"incident": {"name": "incident"}}, rest={"enabled": True, "port": 0})
     env.emu.seed(tables=("incident",), rows=1)
-    async with running(settings) as daemon:
-        assert daemon.rest is not None
-        async with http.get(f"{daemon.rest.url}/") as resp:
-            root = await resp.json()
+    async with running(settings) as daemon, http.get(f"{rest_of(daemon).url}/") as resp:
+        root = await resp.json()
     # What the running code is (tests/unit/test_build_info.py covers where it comes from).
     assert root["commit"] == find_commit()
     assert root["version"] == __version__

@@ -48,24 +48,6 @@ def test_an_unacked_record_holds_back_every_later_offset() -> None:
     assert tracker.pending == 0
 
 
-def test_reset_forgets_in_flight_records_and_ignores_their_late_acks() -> None:
-    tracker: CommitTracker[str] = CommitTracker()
-    old = [tracker.submit(f"old{i}") for i in range(3)]
-    tracker.ack(old[1])
-    tracker.reset()
-    assert tracker.pending == 0
-    assert tracker.in_flight == 0
-    assert tracker.committable() is None
-    new = tracker.submit("new0")
-    assert new > max(old)  # tickets stay unique across an internal restart
-    for ticket in old:
-        tracker.ack(ticket)  # the producer may still call back for the old generation
-    assert tracker.committable() is None
-    assert tracker.pending == 1
-    tracker.ack(new)
-    assert tracker.committable() == "new0"
-
-
 def test_duplicate_and_late_acks_are_ignored() -> None:
     tracker: CommitTracker[str] = CommitTracker()
     first, second = tracker.submit("a"), tracker.submit("b")
@@ -137,9 +119,7 @@ def test_random_ack_orders_never_commit_past_an_unacked_record(
     assert tracker.in_flight == n - prefix
 
 
-@given(
-    st.lists(st.tuples(st.sampled_from(["submit", "ack", "poll", "reset"]), st.integers(0, 200)))
-)
+@given(st.lists(st.tuples(st.sampled_from(["submit", "ack", "poll"]), st.integers(0, 200))))
 def test_interleaved_operations_match_a_model(ops: list[tuple[str, int]]) -> None:
     tracker: CommitTracker[int] = CommitTracker()
     generation: list[int] = []  # tickets of the current generation, in submit order
@@ -162,9 +142,5 @@ def test_interleaved_operations_match_a_model(ops: list[tuple[str, int]]) -> Non
                 expected = generation.pop(0)
                 acked.discard(expected)
             assert tracker.committable() == expected
-        elif op == "reset":
-            tracker.reset()
-            generation.clear()
-            acked.clear()
         assert tracker.pending == len(generation) - len(acked)
         assert tracker.in_flight == len(generation)

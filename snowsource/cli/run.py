@@ -1,0 +1,40 @@
+"""``snowsource run``: the daemon composed with its REST API, SIGTERM/SIGINT wired to shutdown.
+
+The one place that knows both the engine and the API: the supervisor runs the pollers and
+knows nothing of HTTP; the REST server talks to it through ``api.rest.ConnectorControl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+from snowsource.api.rest import RestServer
+from snowsource.config.settings import Settings
+from snowsource.engine.supervisor import Daemon
+from snowsource.runtime.resource import AsyncResource
+
+
+def _rest(daemon: Daemon) -> AsyncResource:
+    return RestServer(daemon, daemon.settings)
+
+
+def compose(settings: Settings) -> Daemon:
+    """The daemon of ``settings``, serving the REST API when ``rest.enabled``."""
+    return Daemon(settings, api=_rest if settings.rest.enabled else None)
+
+
+async def run_until_signal(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT (a graceful shutdown within ``shutdown.timeout.seconds``)."""
+    shutdown = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # The handler only sets the event: cancelling from a signal handler would skip the drain.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, shutdown.set)
+    try:
+        return await compose(settings).run(shutdown)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)

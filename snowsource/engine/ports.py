@@ -1,0 +1,45 @@
+"""What a poller needs from the outside world, as small protocols.
+
+The real implementations are ``adapters.servicenow.ServiceNowClient``, ``adapters.sink.RecordSink``
+and ``adapters.offset_store.OffsetStore``; tests of the poller's own logic pass in-memory fakes
+(integration tests keep running the real ones against a real broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from snowsource.adapters.servicenow import Page
+from snowsource.core.offsets_codec import SourcePartition, StoredEntry
+
+
+class PageSource(Protocol):
+    """Reads Table API pages (one attempt per call; errors are ``core.errors`` classes)."""
+
+    async def get_page(
+        self, table: str, params: Mapping[str, str], *, label: str | None = None
+    ) -> Page: ...
+
+
+class Sink(Protocol):
+    """Hands records to Kafka; the future resolves on the broker's acknowledgement."""
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+    ) -> asyncio.Future[Any]: ...
+
+
+class OffsetsStore(Protocol):
+    """The offsets topic as the poller sees it: read what was loaded, write and delete."""
+
+    def get(self, partition: SourcePartition) -> bytes | None: ...
+
+    def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None: ...
+
+    async def write(
+        self, partition: SourcePartition | Mapping[str, object], value: bytes | None
+    ) -> None: ...
+
+    async def write_raw(self, key: bytes, value: bytes | None) -> None: ...

@@ -1,0 +1,129 @@
+"""One table's requests to the Table API, with the retry policy of SPEC §9.
+
+Every request is retried forever (each attempt logged at WARN with the table) until it succeeds
+or stop is requested; 429 waits ``Retry-After``; "maximum execution time exceeded" halves the
+page size at once (``PageSizer``), and any other failure breaks its run of good pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from snowsource.adapters.servicenow import Page
+from snowsource.core.clock import InstanceClock
+from snowsource.core.cursor import Position
+from snowsource.core.errors import (
+    ExecutionTimeExceededError,
+    RateLimitedError,
+    RetriableError,
+    TableFailedError,
+)
+from snowsource.core.retry import PageSizer, RetryPolicy
+from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import clock_probe_params, page_params
+from snowsource.engine.ports import PageSource
+from snowsource.observability import metrics
+from snowsource.runtime.retrying import Attempt, StoppedError, retrying
+
+
+class TableReader:
+    """Reads pages of one table; raises ``StoppedError`` once stop is requested."""
+
+    def __init__(
+        self,
+        spec: TableSpec,
+        client: PageSource,
+        *,
+        retry: RetryPolicy,
+        stop: asyncio.Event,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self._spec = spec
+        self._client = client
+        self._retry = retry
+        self._stop = stop
+        self._log = log
+        self.sizer = PageSizer(spec.batch_size)
+
+    async def page(self, after: Position, hi: str) -> tuple[Page, int]:
+        """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with."""
+        limits: list[int] = []
+
+        def params() -> dict[str, str]:
+            limits.append(self.sizer.size)
+            return page_params(self._spec, after, hi, limits[-1])
+
+        page = await self._request(params, sizing=True)
+        return page, limits[-1]
+
+    async def ensure_clock(self, clock: InstanceClock) -> None:
+        """HI is never computed from the local clock alone: see one ``Date`` header first."""
+        if not clock.has_observation:
+            probe = clock_probe_params(self._spec)
+            await self._request(lambda: probe, sizing=False)
+
+    async def check_hidden(self, after: Position, hi: str) -> None:
+        """An empty page after a full one: are rows there that the user may not read?"""
+        params = page_params(self._spec, after, hi, 1, count=True)
+        page = await self._request(lambda: params, sizing=False)
+        if page.total_count and not page.rows:
+            raise TableFailedError(
+                f"{self._spec.describe}: {page.total_count} row(s) after "
+                f"{after.ts}/{after.id or '-'} match the query but none is readable by the "
+                f"integration user (row-level ACLs are applied after sysparm_limit); grant read "
+                f"access to these rows or narrow the table's query"
+            )
+
+    async def _request(self, params: Callable[[], Mapping[str, str]], *, sizing: bool) -> Page:
+        async for attempt in retrying(
+            self._retry,
+            self._stop,
+            retry_if=lambda exc: isinstance(exc, RetriableError),
+            on_retry=functools.partial(self._retrying, sizing),
+        ):
+            with attempt:
+                try:
+                    page = await self._get(params, sizing=sizing)
+                except RateLimitedError as exc:
+                    attempt.retry_after = exc.retry_after
+                    raise
+                if sizing:
+                    self.sizer.success()
+                return page
+        raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
+
+    async def _get(self, params: Callable[[], Mapping[str, str]], *, sizing: bool) -> Page:
+        """One request; a page too expensive for the instance is asked again at half the size."""
+        spec = self._spec
+        while True:
+            try:
+                return await self._client.get_page(spec.name, params(), label=spec.alias)
+            except ExecutionTimeExceededError as exc:
+                if not (sizing and self.sizer.shrink()):
+                    raise
+                self._log.warning(
+                    "page too expensive for the instance; halving the page size",
+                    page_size=self.sizer.size,
+                    error=str(exc),
+                )
+                metrics.RETRIES.labels(table=spec.alias).inc()
+
+    def _retrying(self, sizing: bool, attempt: Attempt, delay: float) -> None:
+        error = attempt.error
+        alias = self._spec.alias
+        if sizing:
+            self.sizer.failure()
+        if isinstance(error, RateLimitedError):
+            metrics.THROTTLED_SECONDS.labels(table=alias).inc(delay)
+        metrics.RETRIES.labels(table=alias).inc()
+        self._log.warning(
+            "ServiceNow request failed; retrying",
+            error=str(error),
+            status=getattr(error, "status", None),
+            attempt=attempt.number + 1,
+            retry_in=round(delay, 2),
+        )

@@ -1,0 +1,127 @@
+"""From configuration to the objects the engine runs: Kafka connection, ServiceNow credentials,
+table specs and which tables this task owns. Shared by the daemon, REST, ``check`` and the
+offsets script, so they all see a table the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
+from snowsource.config.settings import AuthType, Settings, TableConfig
+from snowsource.core.assignment import assign
+from snowsource.core.offsets_codec import legacy_partition_for, partition_for
+from snowsource.core.query import normalise_query
+from snowsource.core.table import TableSpec
+
+
+def secret_value(value: Any) -> str | None:
+    """The plain text of a ``SecretStr`` (None stays None)."""
+    return value.get_secret_value() if value is not None else None
+
+
+def kafka_connection(settings: Settings, *, client_id: str = "snowsource") -> KafkaConnection:
+    """The aiokafka connection settings of this configuration."""
+    k = settings.kafka
+    return KafkaConnection(
+        bootstrap_servers=k.bootstrap_servers,
+        security_protocol=str(k.security_protocol),
+        sasl_mechanism=str(k.sasl_mechanism) if k.sasl_mechanism else None,
+        sasl_username=k.sasl_username,
+        sasl_password=secret_value(k.sasl_password),
+        ssl_cafile=k.ssl_cafile,
+        ssl_certfile=k.ssl_certfile,
+        ssl_keyfile=k.ssl_keyfile,
+        client_id=client_id,
+    )
+
+
+def snow_auth(settings: Settings) -> Auth:
+    """The ServiceNow client's credentials."""
+    a = settings.snow.auth
+    if a.type == AuthType.OAUTH2:
+        assert a.oauth_client_id is not None
+        assert a.oauth_client_secret is not None
+        return OAuth2Auth(
+            grant_type="password"
+            if str(a.oauth_grant_type) == "password"
+            else "client_credentials",
+            client_id=a.oauth_client_id,
+            client_secret=a.oauth_client_secret,
+            token_url=settings.snow.token_url,
+            username=a.username,
+            password=a.password,
+        )
+    if a.type == AuthType.API_KEY:
+        assert a.api_key is not None
+        return ApiKeyAuth(api_key=a.api_key)
+    if a.username is None and a.password is None:
+        return None
+    assert a.username is not None
+    assert a.password is not None
+    return BasicAuth(username=a.username, password=a.password)
+
+
+def snow_client(
+    settings: Settings,
+    *,
+    on_date: Callable[[str], None] | None = None,
+    on_response: Callable[[str, int, float], None] | None = None,
+) -> ServiceNowClient:
+    """The ServiceNow client of this configuration (the daemon's and ``check``'s)."""
+    http = settings.snow.http
+    return ServiceNowClient(
+        settings.snow.url,
+        snow_auth(settings),
+        connect_timeout=http.connect_timeout_ms / 1000,
+        request_timeout=http.request_timeout_ms / 1000,
+        max_concurrent_requests=http.max_concurrent_requests,
+        max_response_bytes=http.max_response_bytes,
+        proxy=http.proxy_url,
+        ca_file=http.ca_file,
+        on_date=on_date,
+        on_response=on_response,
+    )
+
+
+def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
+    """Resolve one table's configuration into what its poller needs."""
+    common: dict[str, Any] = {
+        "snow_url": settings.snow.url,
+        "table": table.name,
+        "query": table.query,
+        "query_domain": table.query_domain,
+        "timestamp_field": table.timestamp_field,
+    }
+    return TableSpec(
+        alias=alias,
+        name=table.name,
+        topic=table.topic,
+        normalised_query=normalise_query(table.query),
+        query_domain=table.query_domain,
+        query_category=table.query_category,
+        timestamp_field=table.timestamp_field,
+        id_field=table.id_field,
+        fields=tuple(table.fields),
+        display_value=str(table.display_value),
+        exclude_reference_link=table.exclude_reference_link,
+        start_timestamp=table.start_timestamp,
+        batch_size=table.batch_size,
+        poll_interval=table.poll_interval_ms / 1000,
+        overlap_seconds=table.overlap_seconds,
+        safety_lag_seconds=table.safety_lag_seconds,
+        dedup_max_entries=settings.dedup_max_entries,
+        partition=partition_for(**common),
+        legacy_partition=legacy_partition_for(**common),
+    )
+
+
+def owned_specs(settings: Settings) -> list[TableSpec]:
+    """Specs of the tables this process's ``task.id`` owns (SPEC §10)."""
+    owners = assign(list(settings.tables), settings.tasks_max)
+    return [
+        table_spec(settings, alias, table)
+        for alias, table in settings.tables.items()
+        if owners[alias] == settings.task_id
+    ]

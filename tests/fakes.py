@@ -1,0 +1,143 @@
+"""In-memory stand-ins for the project's own ports (``snowsource.engine.ports``).
+
+They replace snowsource's sink and offsets store in tests of the poller's own logic; tests of
+Kafka behaviour use the real ones against the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from snowsource.core.offsets_codec import (
+    SourcePartition,
+    StoredEntry,
+    encode_key,
+    legacy_partition_for,
+    parse_key,
+    partition_for,
+)
+from snowsource.core.query import normalise_query
+from snowsource.core.table import TableSpec
+
+CONNECTOR = "fake-connector"
+
+
+def make_spec(alias: str = "incident", **overrides: Any) -> TableSpec:
+    """A resolved table the way ``engine.wiring.table_spec`` builds one."""
+    name = overrides.pop("name", alias)
+    snow_url = overrides.pop("snow_url", "https://acme.service-now.com")
+    query = overrides.pop("query", "")
+    common: dict[str, Any] = {
+        "snow_url": snow_url,
+        "table": name,
+        "query": query,
+        "query_domain": overrides.get("query_domain", False),
+        "timestamp_field": overrides.get("timestamp_field", "sys_updated_on"),
+    }
+    values: dict[str, Any] = {
+        "alias": alias,
+        "name": name,
+        "topic": f"snow.{alias}",
+        "normalised_query": normalise_query(query),
+        "query_domain": False,
+        "query_category": None,
+        "timestamp_field": "sys_updated_on",
+        "id_field": "sys_id",
+        "fields": (),
+        "display_value": "false",
+        "exclude_reference_link": True,
+        "start_timestamp": "1970-01-01 00:00:00",
+        "batch_size": 100,
+        "poll_interval": 0.05,
+        "overlap_seconds": 0,
+        "safety_lag_seconds": 0,
+        "dedup_max_entries": 10000,
+        "partition": partition_for(**common),
+        "legacy_partition": legacy_partition_for(**common),
+    }
+    values.update(overrides)
+    return TableSpec(**values)
+
+
+@dataclass
+class SentRecord:
+    topic: str
+    key: bytes
+    value: bytes
+    headers: dict[str, bytes]
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class FakeSink:
+    """Records every send; acknowledges at once unless ``auto_ack`` is off (then the test acks)."""
+
+    auto_ack: bool = True
+    sent: list[SentRecord] = field(default_factory=list)
+    max_unacked: int = 0
+
+    @property
+    def unacked(self) -> list[SentRecord]:
+        return [r for r in self.sent if not r.future.done()]
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.sent.append(SentRecord(topic, key, value, dict(headers), future))
+        if self.auto_ack:
+            future.set_result(None)
+        self.max_unacked = max(self.max_unacked, len(self.unacked))
+        return future
+
+    def ack_all(self) -> None:
+        for record in self.unacked:
+            record.future.set_result(None)
+
+
+WriteHook = Callable[[bytes, bytes | None], None]
+
+
+@dataclass
+class FakeStore:
+    """The offsets topic as a dict of key bytes; ``on_write`` may raise to inject failures."""
+
+    connector: str = CONNECTOR
+    data: dict[bytes, bytes] = field(default_factory=dict)
+    writes: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    on_write: WriteHook | None = None
+    hang: asyncio.Event | None = None  # while set, writes never return
+
+    def get(self, partition: SourcePartition) -> bytes | None:
+        return self.data.get(encode_key(self.connector, partition))
+
+    def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None:
+        canonical = encode_key(self.connector, partition)
+        for key, value in self.data.items():
+            parsed = parse_key(key)
+            if key != canonical and parsed and parsed[1] == partition.as_dict():
+                return StoredEntry(key=key, partition=parsed[1], value=value)
+        return None
+
+    async def write(
+        self, partition: SourcePartition | Mapping[str, object], value: bytes | None
+    ) -> None:
+        await self.write_raw(encode_key(self.connector, partition), value)
+
+    async def write_raw(self, key: bytes, value: bytes | None) -> None:
+        await asyncio.sleep(0)
+        if self.hang is not None and self.hang.is_set():
+            await asyncio.Event().wait()
+        if self.on_write is not None:
+            self.on_write(key, value)
+        self.writes.append((key, value))
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value
+
+    def offset_of(self, partition: SourcePartition) -> bytes | None:
+        return self.get(partition)
