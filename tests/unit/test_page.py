@@ -25,8 +25,13 @@ HI = "2026-09-29 08:00:00"
 START = Position("2026-09-29 07:00:00", "")
 
 
+def sid(name: str) -> str:
+    """A readable name as a valid sys_id (32 lowercase hex); order between names is kept."""
+    return name.encode().hex().ljust(32, "0") if name else ""
+
+
 def row(ts: str, ident: str, text: str = "x") -> dict[str, Any]:
-    return {"sys_id": ident, "sys_updated_on": ts, "short_description": text}
+    return {"sys_id": sid(ident), "sys_updated_on": ts, "short_description": text}
 
 
 def decide(
@@ -52,14 +57,14 @@ def decide(
 
 def test_every_new_row_is_emitted_carrying_the_cursor_after_it() -> None:
     plan = decide([row("2026-09-29 07:00:01", "a"), row("2026-09-29 07:00:01", "b")])
-    assert [e.position.id for e in plan.emits] == ["a", "b"]
+    assert [e.position.id for e in plan.emits] == [sid("a"), sid("b")]
     assert [(e.offset.timestamp, e.offset.sys_id) for e in plan.emits] == [
-        ("2026-09-29 07:00:01", "a"),
-        ("2026-09-29 07:00:01", "b"),
+        ("2026-09-29 07:00:01", sid("a")),
+        ("2026-09-29 07:00:01", sid("b")),
     ]
     assert {e.offset.phase for e in plan.emits} == {"backfill"}
     assert plan.emits[0].offset.fingerprint == SPEC.partition.query_fingerprint
-    assert plan.cursor == Position("2026-09-29 07:00:01", "b")
+    assert plan.cursor == Position("2026-09-29 07:00:01", sid("b"))
     assert plan.last == plan.cursor
 
 
@@ -75,7 +80,7 @@ def test_a_byte_identical_re_read_is_suppressed_and_does_not_move_the_cursor() -
 
 
 def test_a_row_below_the_cursor_is_a_late_commit_and_never_moves_it_back() -> None:
-    cursor = Position("2026-09-29 07:30:00", "z")
+    cursor = Position("2026-09-29 07:30:00", sid("z"))
     plan = decide([row("2026-09-29 07:10:00", "late")], cursor=cursor, late_floor=START)
     assert plan.late == 1
     assert len(plan.emits) == 1
@@ -86,7 +91,7 @@ def test_a_row_below_the_cursor_is_a_late_commit_and_never_moves_it_back() -> No
 def test_rows_below_the_late_floor_are_not_counted_late() -> None:
     # After a restart the cache is empty: rows below where this incarnation started may have
     # been emitted before, so they cannot be called late commits.
-    cursor = Position("2026-09-29 07:30:00", "z")
+    cursor = Position("2026-09-29 07:30:00", sid("z"))
     plan = decide([row("2026-09-29 07:10:00", "old")], cursor=cursor, late_floor=cursor)
     assert plan.late == 0
     assert len(plan.emits) == 1
@@ -101,6 +106,8 @@ def test_rows_below_the_late_floor_are_not_counted_late() -> None:
         ([row("2026-09-29 06:59:59", "a")], "out of cursor order"),  # before the window
         ([row("2026-09-29 07:00:01", "")], "has no 'sys_id' value"),
         ([row("2026-09-29T07:00:01", "a")], "not a YYYY-MM-DD HH:MM:SS timestamp"),
+        ([{"sys_id": "A" * 32, "sys_updated_on": "2026-09-29 07:00:01"}], "is not a sys_id"),
+        ([{"sys_id": "a" * 10_000, "sys_updated_on": "2026-09-29 07:00:01"}], "is not a sys_id"),
     ],
 )
 def test_the_ordering_guard_fails_the_table_naming_the_row(
