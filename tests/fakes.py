@@ -66,7 +66,7 @@ def make_spec(alias: str = "incident", **overrides: Any) -> TableSpec:
 class SentRecord:
     topic: str
     key: bytes
-    value: bytes
+    value: bytes | None
     headers: dict[str, bytes]
     future: asyncio.Future[Any]
 
@@ -84,7 +84,7 @@ class FakeSink:
         return [r for r in self.sent if not r.future.done()]
 
     async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+        self, topic: str, key: bytes, value: bytes | None, headers: Sequence[tuple[str, bytes]]
     ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.sent.append(SentRecord(topic, key, value, dict(headers), future))

@@ -75,7 +75,7 @@ from snowsource.core.offsets_plan import (
 from snowsource.core.table import TableSpec
 from snowsource.engine.poller import Poller, TableState, TableStatus
 from snowsource.engine.supervisor import ConnectorState, ShuttingDownError
-from snowsource.engine.wiring import kafka_connection, table_spec
+from snowsource.engine.wiring import connector_specs, kafka_connection
 from snowsource.observability import build, metrics
 from snowsource.observability.redact import redact, redact_value, register_secret
 from snowsource.runtime.aio import done_before
@@ -249,10 +249,13 @@ class RestServer(AsyncResource):
             register_secret(token.get_secret_value())
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
-        self._all_specs: list[TableSpec] = [
-            table_spec(settings, alias, table) for alias, table in settings.tables.items()
-        ]
-        self._owners = assign(list(settings.tables), settings.tasks_max)
+        self._all_specs: list[TableSpec] = connector_specs(settings)
+        owners = assign(list(settings.tables), settings.tasks_max)
+        # A delete stream (<alias>.deletes) always belongs to its table's task.
+        self._owners = {
+            spec.alias: owners[spec.base.alias if spec.base else spec.alias]
+            for spec in self._all_specs
+        }
         # One operator action at a time: a PATCH must never interleave with a resume.
         self._lock = asyncio.Lock()
         self._last_status: dict[str, TableStatus] = {}

@@ -53,13 +53,13 @@ from snowsource.core.offsets_codec import (
     SourceOffset,
 )
 from snowsource.core.page import PagePlan, page_positions, plan_page
-from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import load_offset
+from snowsource.engine.streams import StreamHooks, TableHooks
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
@@ -135,6 +135,7 @@ class Poller:
         clock: InstanceClock,
         retry: RetryPolicy,
         stop: StopSignal,
+        hooks: StreamHooks | None = None,
     ) -> None:
         self.spec = spec
         self._sink = sink
@@ -143,17 +144,9 @@ class Poller:
         self._clock = clock
         self._retry = retry
         self._stop = stop
-        self._shaper = RecordShaper(
-            display_value=spec.display_value,
-            exclude_reference_link=spec.exclude_reference_link,
-            timestamp_field=spec.timestamp_field,
-            id_field=spec.id_field,
-        )
-        # The partition is the one place that says which instance and table a record is from.
-        self._headers_base = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-        ]
+        # What differs between a table's stream and its delete stream: shaping, HI cap.
+        self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
+        self._shaper = self._hooks.shaper
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
@@ -199,7 +192,7 @@ class Poller:
                 # Also an offset write that ran out of the stop's deadline: the drain says so.
                 break
             except _FATAL as exc:
-                self.fail(self._named(str(exc)))
+                self.fail(self._named(self._hooks.explain(exc)))
                 return
             except KafkaError as exc:
                 self.fail(
@@ -328,10 +321,15 @@ class Poller:
     async def _sweeps(self, start: Position) -> None:
         spec = self.spec
         await self._reader.ensure_clock(self._clock)
+        await self._hooks.start()
         self._set_state(TableState.RUNNING)
         sweep_start = start
         while not self._stop.is_set():
-            hi = high_water_mark(self._clock.now(), spec.safety_lag_seconds)
+            hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
+            if hi is None:  # a delete stream whose table has not completed a sweep yet
+                if await sleep_or_stop(self._stop.event, spec.poll_interval):
+                    return
+                continue
             began = time.monotonic()
             self.status.hi = hi
             result = await self._sweep(sweep_start, hi)
@@ -339,6 +337,7 @@ class Poller:
             if not result.caught_up:
                 return
             self.status.caught_up = True
+            self._hooks.completed(hi)
             self._mark_stream()
             lag = max((self._clock.now() - parse_ts(hi)).total_seconds(), 0.0)
             self._set_lag(lag)
@@ -381,6 +380,7 @@ class Poller:
                         await self._reader.check_hidden(after, hi)
                     result.caught_up = True
                     break
+                await self._hooks.prepare(rows)
                 positions = page_positions(
                     spec, self._shaper, rows, after=after, hi=hi, previous=previous
                 )
@@ -440,13 +440,9 @@ class Poller:
             pos = emit.position
             ticket = committer.submit(emit.offset)
             self._last_submitted = emit.offset
-            headers = [
-                *self._headers_base,
-                ("snow.timestamp", pos.ts.encode()),
-                ("snow.phase", emit.offset.phase.encode()),
-            ]
+            key, value, headers = self._hooks.record(emit)
             try:
-                future = await self._sink.send(spec.topic, pos.id.encode(), emit.value, headers)
+                future = await self._sink.send(spec.topic, key, value, headers)
             except KafkaSinkError as exc:
                 raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc}") from exc
             except KafkaError as exc:

@@ -24,10 +24,10 @@ class PageSource(Protocol):
 
 
 class Sink(Protocol):
-    """Hands records to Kafka; the future resolves on the broker's acknowledgement."""
+    """Hands records to Kafka (a None value is a tombstone); the future resolves on the ack."""
 
     async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+        self, topic: str, key: bytes, value: bytes | None, headers: Sequence[tuple[str, bytes]]
     ) -> asyncio.Future[Any]: ...
 
 

@@ -34,6 +34,7 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.streams import stream_hooks
 from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
@@ -315,6 +316,7 @@ class Daemon:
                     self.topic_problems = await self._topic_problems(list(self.topic_problems))
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
+            hooks = stream_hooks(self.specs, client=self.client, retry=self._retry, stop=stop.event)
             for spec in self.specs:
                 poller = Poller(
                     spec,
@@ -324,6 +326,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    hooks=hooks[spec.alias],
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)

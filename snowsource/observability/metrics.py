@@ -81,6 +81,12 @@ DEDUP_EVICTIONS = Counter(
     ["table"],
     registry=REGISTRY,
 )
+VALUES_UNPARSED = Counter(
+    "snowsource_values_unparsed",
+    "Values of typed records that did not parse as their column's type and stayed strings",
+    ["table"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -100,6 +106,7 @@ ALL_METRIC_NAMES = (
     "snowsource_offsets_committed",
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
+    "snowsource_values_unparsed",
 )
 
 

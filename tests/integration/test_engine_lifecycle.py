@@ -36,7 +36,7 @@ class CountingSink(RecordSink):
     most: dict[str, int]
 
     async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+        self, topic: str, key: bytes, value: bytes | None, headers: Sequence[tuple[str, bytes]]
     ) -> asyncio.Future[Any]:
         future = await super().send(topic, key, value, headers)
         counts = self.__dict__.setdefault("outstanding", {})
@@ -53,7 +53,7 @@ class SlowAckSink(RecordSink):
     delay = 1.0
 
     async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+        self, topic: str, key: bytes, value: bytes | None, headers: Sequence[tuple[str, bytes]]
     ) -> asyncio.Future[Any]:
         acked = await super().send(topic, key, value, headers)
         loop = asyncio.get_running_loop()
