@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from snowsource.adapters.dictionary_reader import read_columns
+from snowsource.core.cursor import Position
 from snowsource.core.deletes import ACCESS_HINT, OPERATION_HEADER, cap_high_water
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.page import Emit
@@ -132,6 +133,7 @@ class TableHooks(StreamHooks):
         # Columns seen in rows and looked up already: a column the dictionary does not list
         # (a dot-walked field, a column without a dictionary row) is asked about once.
         self._looked_up: set[str] = set()
+        self._deletes_hi: str | None = None
         self._log = structlog.get_logger("snowsource.engine.streams").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -183,9 +185,17 @@ class TableHooks(StreamHooks):
             retry_in=round(delay, 2),
         )
 
+    def cap(self, hi: str) -> str | None:
+        # Timestamps have whole seconds: with a safety lag under one second, a row deleted in
+        # the very second of HI may have been read by this sweep just before it was deleted,
+        # and its upsert sent after the tombstone. The delete stream is told one second less.
+        lag = self.spec.safety_lag_seconds
+        self._deletes_hi = hi if lag >= 1 else Position(hi, "").minus(1).ts
+        return hi
+
     def completed(self, hi: str) -> None:
-        if self._mark is not None:
-            self._mark.completed(hi)
+        if self._mark is not None and self._deletes_hi is not None:
+            self._mark.completed(self._deletes_hi)
 
     def record(self, emit: Emit) -> tuple[bytes, bytes | None, Headers]:
         typed = self._typed
