@@ -49,7 +49,7 @@ demo: install kafka-up
 	$(BIN)/python scripts/demo.py
 
 bench: install kafka-up
-	$(BIN)/python -m bench.throughput
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
