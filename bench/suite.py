@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from bench.daemon import DaemonRun, run_daemon
+from bench.procstat import cpu_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,10 @@ class Emulator:
         self.seed_seconds: float = ready["seed_seconds"]
         self.index_seconds: float = ready["index_seconds"]
 
+    def cpu(self) -> float:
+        """The emulator process's CPU seconds so far."""
+        return cpu_seconds(self.process.pid)
+
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
@@ -118,7 +123,10 @@ def run_case(case: Case, runs: int, bootstrap: str, workdir: Path) -> dict[str, 
     try:
         for run in range(runs):
             print(f"# {case.name}: run {run + 1}/{runs}", file=sys.stderr, flush=True)
-            out["pager"].append(_child("bench.pager", emulator.url, *tables))
+            before = emulator.cpu()
+            pager = _child("bench.pager", emulator.url, *tables)
+            pager["emulator_cpu"] = emulator.cpu() - before
+            out["pager"].append(pager)
             for mode, key in (("send", "produce"), ("page", "page")):
                 topic = f"bench-{uuid.uuid4().hex[:8]}-{mode}"
                 out[key].append(
@@ -179,6 +187,8 @@ FIGURES: list[Figure] = [
     ("(c) start-up s (to 1st request)", lambda c: _daemon(c, "startup_wall", "{:.2f}")),
     ("(c) start-up CPU s", lambda c: _daemon(c, "startup_cpu", "{:.2f}")),
     ("(c) peak RSS MiB", lambda c: _daemon(c, "peak_rss_mib", "{:.0f}")),
+    ("emulator CPU us/row during (a)",
+     lambda c: _spread(_per_row(c["pager"], "emulator_cpu"), "{:.1f}")),
     ("emulator CPU us/row during (c)",
      lambda c: _spread(_per_row(c["daemon"], "emulator_cpu"), "{:.1f}")),
     ("c/a rows/s", lambda c: _ratio(_rate(c["daemon"]), _rate(c["pager"]))),
