@@ -417,8 +417,9 @@ class Emulator:
             self._numbers[tdef.number_prefix] = counter
             row["number"] = f"{tdef.number_prefix}{counter:07d}"
         row.update(given)
-        visible_from = (visible_at or now).timestamp()
-        self.store.put(table, sys_id, row, visible_from=visible_from, now=now.timestamp())
+        now_ts = now.timestamp()
+        visible_from = visible_at.timestamp() if visible_at is not None else now_ts
+        self.store.put(table, sys_id, row, visible_from=visible_from, now=now_ts)
         self._ids[table].append(sys_id)
         return dict(row)
 

@@ -81,6 +81,7 @@ INCIDENT_TEXTS = (
     "Outlook crashes on start",
     "Badge reader broken",
 )
+_INCIDENT_DESCRIPTIONS = tuple(f"Reported by phone. {text}." for text in INCIDENT_TEXTS)
 CHANGE_TEXTS = (
     "Patch Linux fleet",
     "Upgrade Oracle to 19c",
@@ -147,7 +148,7 @@ def incident_values(
     priority = str(min(5, int(impact) + int(urgency) - 1))
     return {
         "short_description": _pick(rng, INCIDENT_TEXTS),
-        "description": "Reported by phone. " + _pick(rng, INCIDENT_TEXTS) + ".",
+        "description": _pick(rng, _INCIDENT_DESCRIPTIONS),
         "caller_id": _pick(rng, users) if users else "",
         "assigned_to": _pick(rng, users) if users and rng.random() < 0.8 else "",
         "opened_by": _pick(rng, users) if users else "",
