@@ -282,6 +282,9 @@ class RecordSink(AsyncResource):
         """Queue every open batch; a hand-off error becomes the failure of its first record."""
         while open_batches:
             partition, (batch, indices) = open_batches.popitem()
+            # An open batch would also take records of a later ``send`` to the partition, and
+            # its future would then cover records that are not this page's.
+            batch.close()
             try:
                 future = await self._producer.send_batch(batch, topic, partition=partition)
             except KafkaError as exc:
