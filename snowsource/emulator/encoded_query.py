@@ -63,11 +63,11 @@ __all__ = [
     "AndGroup",
     "Condition",
     "FieldType",
-    "KeyRange",
     "OrChain",
     "OrderKey",
     "ParsedQuery",
     "QueryError",
+    "literal_operand",
     "match_group",
     "parse_encoded_query",
 ]
@@ -229,106 +229,16 @@ class ParsedQuery:
         """Filter then sort: what the Table API would return before paging."""
         return self.sort(self.filter(rows))
 
-    def key_range(self, id_field: str) -> KeyRange | None:
-        """Where in ``(ts, id)`` order the selected rows can lie, for an index-ordered read.
 
-        Defined only when the sort is exactly ``ORDERBY<ts>^ORDERBY<id_field>`` (both ascending)
-        on a string-ordered ``ts``: then walking rows in ``(ts, id)`` order and keeping those
-        :meth:`matches` selects is the same answer as filter-then-sort, and the range only says
-        where that walk may start and stop. ``None`` means the query needs the full evaluator.
-        """
-        if len(self.order_by) != 2 or len(self.order_types) != 2:
-            return None
-        ts_key, id_key = self.order_by
-        if ts_key.descending or id_key.descending or id_key.field != id_field:
-            return None
-        if self.order_types[0] not in _STRING_ORDERED or self.order_types[1] not in _STRING_ORDERED:
-            return None
-        ts_field = ts_key.field
-        if self.matches_nothing or not self.groups:
-            return KeyRange(ts_field, None, None)
-        lows: list[tuple[str, ...]] = []
-        highs: list[str] = []
-        unbounded_low = unbounded_high = False
-        for group in self.groups:
-            low, high = _group_range(group, ts_field, id_field)
-            if low is None:
-                unbounded_low = True
-            else:
-                lows.append(low)
-            if high is None:
-                unbounded_high = True
-            else:
-                highs.append(high)
-        # ^NQ groups are an OR: the union of their ranges, so the loosest bound of any group.
-        return KeyRange(
-            ts_field,
-            None if unbounded_low else min(lows),
-            None if unbounded_high else max(highs),
-        )
+def literal_operand(condition: Condition) -> str | None:
+    """The operand ``condition``'s test compares with, when that is its text unchanged.
 
-
-@dataclasses.dataclass(frozen=True)
-class KeyRange:
-    """A conservative range of ``(ts, id)`` keys holding every row a query can select.
-
-    ``low`` is a key tuple to bisect to (``("T",)`` = from the first row of second T, ``("T",
-    "S")`` = from id S of second T); ``high_ts`` is the last ``ts`` value that can match. ``None``
-    is unbounded. Rows inside the range must still pass :meth:`ParsedQuery.matches`.
+    ``None`` for a ``javascript:`` operand or a date-only one (both are rewritten first).
     """
-
-    ts_field: str
-    low: tuple[str, ...] | None
-    high_ts: str | None
-
-
-# Types whose values compare and sort as plain strings (no numeric or boolean coercion), so a
-# string-ordered index agrees with the evaluator's comparisons.
-_STRING_ORDERED = frozenset({"string", "datetime", "sys_id", "reference", "choice"})
-
-
-def _literal(condition: Condition) -> str | None:
-    """The operand a condition's test compares with, when it is used verbatim."""
     operand = condition.operand
     if operand[: len(_JAVASCRIPT)].lower() == _JAVASCRIPT or _DATE_ONLY.fullmatch(operand):
         return None
     return operand
-
-
-def _group_range(
-    group: AndGroup, ts_field: str, id_field: str
-) -> tuple[tuple[str, ...] | None, str | None]:
-    """``(low, high_ts)`` of one AND-group; only single-condition terms bound it."""
-    lows: list[tuple[str, ...]] = []
-    highs: list[str] = []
-    equal_ts: str | None = None
-    id_after: str | None = None
-    for chain in group:
-        if len(chain) != 1:
-            continue  # an ^OR chain may match outside any one condition's range
-        condition = chain[0]
-        value = _literal(condition)
-        if value is None or value == "":
-            continue
-        op = condition.operator
-        if condition.field == ts_field:
-            if op == ">":
-                # Every string greater than T is >= T + "\0": nothing sorts between them.
-                lows.append((value + "\0",))
-            elif op == ">=":
-                lows.append((value,))
-            elif op == "=":
-                lows.append((value,))
-                highs.append(value)
-                equal_ts = value
-            elif op in ("<=", "<"):
-                highs.append(value)
-        elif condition.field == id_field and op in (">", ">="):
-            id_after = value
-    if equal_ts is not None and id_after is not None:
-        lows.append((equal_ts, id_after))
-    # An AND is the intersection: the tightest bound of its terms holds.
-    return (max(lows) if lows else None, min(highs) if highs else None)
 
 
 # --- values -----------------------------------------------------------------------------------

@@ -23,11 +23,11 @@ from snowsource.emulator.auth import User
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.encoded_query import (
     FieldType,
-    KeyRange,
     ParsedQuery,
     QueryError,
     parse_encoded_query,
 )
+from snowsource.emulator.keyset import indexed_page, key_range
 from snowsource.emulator.render import DisplayMode, Renderer, columns_for
 from snowsource.emulator.schema import TableDef
 
@@ -264,46 +264,6 @@ def _evaluated_page(
     return ordered[offset : offset + limit], total
 
 
-def indexed_page(
-    emu: Emulator,
-    table: str,
-    parsed: ParsedQuery,
-    key_range: KeyRange,
-    *,
-    at: float,
-    user: User,
-    all_domains: bool,
-    offset: int,
-    limit: int,
-    need_total: bool,
-) -> tuple[list[Row], int]:
-    """The page and match count the full evaluator gives, for a query sorted by ``(ts, sys_id)``.
-
-    Walks the store's ``(ts, sys_id)`` index from the range's low key and applies the full
-    matcher to each row, so only where the walk starts and ends differs from filter-then-sort.
-    Without a count to report (``sysparm_no_count`` and no Link header) it stops once the page
-    is full; otherwise the count is exact (every row up to the range's end is tested).
-    """
-    rows = emu.read_ordered_at(
-        table, key_range.ts_field, at, user, all_domains=all_domains, low=key_range.low
-    )
-    ts_field, high = key_range.ts_field, key_range.high_ts
-    matches_row = parsed.matches
-    wanted = offset + limit
-    page: list[Row] = []
-    total = 0
-    for row in rows:
-        if high is not None and row.get(ts_field, "") > high:
-            break
-        if matches_row(row):
-            if total < wanted:
-                page.append(row)
-            total += 1
-            if total >= wanted and not need_total:
-                break
-    return page[offset:], total
-
-
 def _lookup_table(request: web.Request) -> tuple[str, TableDef] | web.Response:
     emu = request.app[EMULATOR]
     table = request.match_info["table"]
@@ -353,13 +313,13 @@ async def list_records(request: web.Request) -> web.Response:
     need_total = not (
         _flag(params, "sysparm_no_count") and _flag(params, "sysparm_suppress_pagination_header")
     )
-    key_range = None if dotted or table in emu.views else parsed.key_range("sys_id")
-    if key_range is not None:
+    keys = None if dotted or table in emu.views else key_range(parsed, "sys_id")
+    if keys is not None:
         page, total = indexed_page(
             emu,
             table,
             parsed,
-            key_range,
+            keys,
             at=ctx.at,
             user=ctx.user,
             all_domains=ctx.all_domains,

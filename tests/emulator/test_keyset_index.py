@@ -19,7 +19,7 @@ from snowsource.core.query import normalise_query
 from snowsource.emulator import Emulator
 from snowsource.emulator.auth import User
 from snowsource.emulator.encoded_query import ParsedQuery, parse_encoded_query
-from snowsource.emulator.tableapi import indexed_page
+from snowsource.emulator.keyset import indexed_page, key_range
 from tests.emulator.conftest import FIXED_NOW, Client, table
 
 BASE = FIXED_NOW - timedelta(hours=1)
@@ -152,8 +152,8 @@ def _parse(emu: Emulator, read: Read) -> ParsedQuery:
 
 def _check(emu: Emulator, read: Read) -> None:
     parsed = _parse(emu, read)
-    key_range = parsed.key_range("sys_id")
-    assert key_range is not None  # every query here must take the indexed path
+    keys = key_range(parsed, "sys_id")
+    assert keys is not None  # every query here must take the indexed path
     user: User = emu.user(read.user)
     at = emu.clock.timestamp() - (emu.replica_lag_seconds if read.replica else 0)
     expected = parsed.apply(emu.read_at("incident", at, user, all_domains=read.all_domains))
@@ -161,7 +161,7 @@ def _check(emu: Emulator, read: Read) -> None:
         emu,
         "incident",
         parsed,
-        key_range,
+        keys,
         at=at,
         user=user,
         all_domains=read.all_domains,
@@ -212,21 +212,21 @@ def test_cursor_pages_and_other_sorts_take_the_index() -> None:
     parsed = parse_encoded_query(
         page, field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
     )
-    key_range = parsed.key_range("sys_id")
-    assert key_range is not None
-    assert key_range.low == (_ts(2), _sid(4))
-    assert key_range.high_ts == _ts(5)
+    keys = key_range(parsed, "sys_id")
+    assert keys is not None
+    assert keys.low == (_ts(2), _sid(4))
+    assert keys.high_ts == _ts(5)
     for text in ("priority=1^ORDERBYsys_id^ORDERBYsys_updated_on", "priority=1^ORDERBYsys_id"):
         other = parse_encoded_query(
             text, field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
         )
-        assert other.key_range("sys_id") is None
+        assert key_range(other, "sys_id") is None
     descending = parse_encoded_query(
         "ORDERBYsys_updated_on^ORDERBYDESCsys_id",
         field_type=emu.field_type("incident"),
         user_tz=ZoneInfo("UTC"),
     )
-    assert descending.key_range("sys_id") is None
+    assert key_range(descending, "sys_id") is None
 
 
 def test_many_writes_after_the_index_exists_are_merged() -> None:
