@@ -240,10 +240,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not cases:
             parser.error(f"no such case; choose from {', '.join(c.name for c in (*FULL, *QUICK))}")
     runs = args.runs or (1 if args.quick else 3)
-    with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
-        results = [run_case(case, runs, args.bootstrap, Path(tmp)) for case in cases]
-    print(f"machine: {machine()}")
-    print(f"kafka: {args.bootstrap}; runs per case: {runs}; figures: median [min-max]")
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
+    results: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for case in cases:
+                results.append(run_case(case, runs, args.bootstrap, Path(tmp)))
+                if args.json:  # after every case: a long suite that fails late keeps the rest
+                    args.json.write_text(
+                        json.dumps({"machine": machine(), "results": results}, indent=1)
+                    )
+    finally:
+        if results:
+            print(f"machine: {machine()}")
+            print(f"kafka: {args.bootstrap}; runs per case: {runs}; figures: median [min-max]")
+            print(table(results))
