@@ -51,6 +51,7 @@ FULL = (
     Case("1x50k", (("incident", 50_000),)),
     Case("10x10k", _many(10, 10_000)),
     Case("1x20k@200ms", (("incident", 20_000),), latency_ms=200),
+    Case("10x2k@200ms", _many(10, 2_000), latency_ms=200),
     Case("50x2k", _many(50, 2_000)),
     Case("1x1M", (("incident", 1_000_000),)),
 )
@@ -58,6 +59,7 @@ QUICK = (
     Case("1x5k", (("incident", 5_000),)),
     Case("10x1k", _many(10, 1_000)),
     Case("1x2k@200ms", (("incident", 2_000),), latency_ms=200),
+    Case("10x500@200ms", _many(10, 500), latency_ms=200),
     Case("50x200", _many(50, 200)),
     Case("1x50k", (("incident", 50_000),)),
 )
