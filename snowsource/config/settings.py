@@ -40,10 +40,9 @@ from snowsource.config.models import (
     SnowConfig,
     TableConfig,
 )
-from snowsource.config.problems import ConfigFileNotFoundError
 from snowsource.config.redaction import REDACTED, RedactedConfig, mask_userinfo, redacted_dict
 from snowsource.config.sources import CONFIG_ENV, ENV_PREFIX
-from snowsource.config.yaml_loader import MAX_EXPANDED_NODES
+from snowsource.config.yaml_loader import MAX_EXPANDED_NODES, ConfigFileNotFoundError
 
 __all__ = [
     "CONFIG_ENV",
