@@ -62,9 +62,10 @@ class StreamHooks:
         self.spec = spec
         self.shaper = shaper
         # The partition is the one place that says which instance and table a record is from.
-        self._headers_base: Headers = [
+        self.headers: Headers = [
             ("snow.instance", spec.partition.instance.encode()),
             ("snow.table", spec.partition.table.encode()),
+            UPSERT,
         ]
 
     async def start(self) -> None:
@@ -80,16 +81,10 @@ class StreamHooks:
     def completed(self, hi: str) -> None:
         """A sweep up to ``hi`` ended caught up, every record of it acknowledged."""
 
-    def record(self, emit: Emit) -> tuple[bytes, bytes | None, Headers]:
-        """Key, value and headers of the record for ``emit``."""
-        pos = emit.position
-        headers = [
-            *self._headers_base,
-            ("snow.timestamp", pos.ts.encode()),
-            ("snow.phase", emit.offset.phase.encode()),
-            UPSERT,
-        ]
-        return pos.id.encode(), emit.value, headers
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        """Key and value of the record for ``emit`` (``headers`` and the per-record
+        ``snow.timestamp``/``snow.phase`` headers are added by the page delivery)."""
+        return emit.key, emit.value
 
     def explain(self, error: BaseException) -> str:
         """The diagnostic of an error that fails the stream."""
@@ -197,13 +192,13 @@ class TableHooks(StreamHooks):
         if self._mark is not None and self._deletes_hi is not None:
             self._mark.completed(self._deletes_hi)
 
-    def record(self, emit: Emit) -> tuple[bytes, bytes | None, Headers]:
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         typed = self._typed
         if typed is not None:
-            unparsed = typed.take_unparsed(emit.position.id)
+            unparsed = typed.take_unparsed(emit.id)
             if unparsed:
                 metrics.VALUES_UNPARSED.labels(table=self.spec.alias).inc(len(unparsed))
-        return super().record(emit)
+        return emit.key, emit.value
 
 
 class DeleteHooks(StreamHooks):
@@ -221,23 +216,18 @@ class DeleteHooks(StreamHooks):
         )
         super().__init__(spec, shaper)
         self._mark = mark
-        self._headers_base = [
+        self.headers = [
             ("snow.instance", spec.partition.instance.encode()),
             ("snow.table", base.name.encode()),
+            DELETE,
         ]
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
 
-    def record(self, emit: Emit) -> tuple[bytes, bytes | None, Headers]:
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.
-        headers = [
-            *self._headers_base,
-            ("snow.timestamp", emit.position.ts.encode()),
-            ("snow.phase", emit.offset.phase.encode()),
-            DELETE,
-        ]
-        return emit.value, None, headers
+        return emit.value, None
 
     def explain(self, error: BaseException) -> str:
         if isinstance(error, ServiceNowError) and error.status == 403:

@@ -18,17 +18,17 @@ import yaml
 
 from snowsource.adapters.servicenow import Page
 from snowsource.config.settings import Settings, load_config
-from snowsource.core.cursor import Position
 from snowsource.core.deletes import ACCESS_HINT, delete_partition, delete_stream_spec
 from snowsource.core.errors import ConfigError, TableError
-from snowsource.core.offsets_codec import SourceOffset
-from snowsource.core.page import Emit
+from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
+from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks, stream_hooks
 from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
-from tests.fakes import make_spec
+from snowsource.runtime.deadline import StopSignal
+from tests.fakes import FakeSink, make_spec
 
 URL = "https://acme.service-now.com"
 
@@ -117,8 +117,7 @@ def test_typed_with_display_values_is_refused(tmp_path: Path) -> None:
 
 
 def _emit(ts: str, ident: str, value: bytes) -> Emit:
-    offset = SourceOffset(timestamp=ts, sys_id=ident, phase="stream", fingerprint="f")
-    return Emit(Position(ts, ident), value, offset)
+    return Emit(PagePlan(phase="stream", fingerprint="f"), ts, ident, value, (ts, ident))
 
 
 def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
@@ -133,9 +132,15 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
     }
     assert isinstance(hooks.shaper, TombstoneShaper)
     value = hooks.shaper.value_bytes(row)
-    key, sent, headers = hooks.record(_emit("2026-09-29 07:00:30", "a" * 32, value))
-    assert (key, sent) == (b"d" * 32, None)
-    assert dict(headers) == {
+    emit = _emit("2026-09-29 07:00:30", "a" * 32, value)
+    assert hooks.key_value(emit) == (b"d" * 32, None)
+    delivery = PageDelivery(
+        spec, FakeSink(), StopSignal(), headers=hooks.headers, key_value=hooks.key_value
+    )
+    plan = PagePlan(phase="stream", fingerprint="f", emits=[emit])
+    (record,) = delivery.records(plan)
+    assert (record.key, record.value) == (b"d" * 32, None)
+    assert dict([*hooks.headers, *record.headers]) == {
         "snow.instance": b"acme.service-now.com",
         "snow.table": b"incident",
         "snow.timestamp": b"2026-09-29 07:00:30",
@@ -188,10 +193,10 @@ def test_upserts_carry_the_operation_header() -> None:
         retry=RetryPolicy(0.01, 0.01),
         stop=asyncio.Event(),
     )
-    key, value, headers = hooks.record(_emit("2026-09-29 07:00:30", "b" * 32, b"{}"))
-    assert (key, value) == (b"b" * 32, b"{}")
-    assert dict(headers)["snow.operation"] == b"upsert"
-    assert dict(headers)["snow.table"] == b"incident"
+    emit = _emit("2026-09-29 07:00:30", "b" * 32, b"{}")
+    assert hooks.key_value(emit) == (b"b" * 32, b"{}")
+    assert dict(hooks.headers)["snow.operation"] == b"upsert"
+    assert dict(hooks.headers)["snow.table"] == b"incident"
 
 
 class _Dictionary:
@@ -258,7 +263,7 @@ async def test_unparsed_values_are_counted_for_emitted_rows_only() -> None:
     await hooks.prepare([emitted, suppressed])
     value = shaper.value_bytes(emitted)
     shaper.value_bytes(suppressed)  # shaped for the dedup cache, then not sent
-    hooks.record(_emit("2026-09-29 07:00:30", "e" * 32, value))
+    hooks.key_value(_emit("2026-09-29 07:00:30", "e" * 32, value))
     assert counted() == before + 1
     await hooks.prepare([])
     assert counted() == before + 1
