@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.sink import RecordSink
 from snowsource.core.table import TableSpec
 from snowsource.engine.poller import Poller
 from snowsource.engine.supervisor import ConnectorState
@@ -43,13 +44,18 @@ class ConnectorControl(Protocol):
         ...
 
     @property
+    def sink(self) -> RecordSink | None:
+        """The daemon's producer, once open (readiness asks it whether Kafka is reachable)."""
+        ...
+
+    @property
     def ready(self) -> asyncio.Event:
         """Set once the first generation started."""
         ...
 
     @property
     def kafka_ready(self) -> bool:
-        """True once Kafka answered."""
+        """True once Kafka answered at start."""
         ...
 
     @property

@@ -80,6 +80,7 @@ class RestServer(AsyncResource):
             return
         self._closed = True
         self._ctx.closing.set()
+        await self._health.close()
         if self._runner is not None:
             try:
                 async with (deadline or Deadline.never()).limit():

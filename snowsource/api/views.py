@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 import orjson
 import structlog
@@ -29,7 +30,7 @@ from snowsource.engine.wiring import kafka_connection
 from snowsource.observability import build
 from snowsource.observability.redact import redact, redact_value
 
-__all__ = ["CONNECTOR_CLASS", "StatusViews", "flatten", "offset_dict"]
+__all__ = ["CONNECTOR_CLASS", "StatusViews", "flatten", "offset_dict", "utc_text"]
 
 log = structlog.get_logger("snowsource.api.views")
 
@@ -49,6 +50,13 @@ def flatten(prefix: str, value: object, out: dict[str, str]) -> None:
         out[prefix] = orjson.dumps(list(value)).decode()
     else:
         out[prefix] = str(value)
+
+
+def utc_text(moment: datetime | None) -> str | None:
+    """An instant as ISO 8601 in UTC with milliseconds, e.g. ``2026-09-29T07:00:00.000Z``."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def offset_dict(offset: SourceOffset | None) -> dict[str, str] | None:
@@ -192,6 +200,9 @@ class StatusViews:
             "lag_seconds": None,
             "caught_up": False,
             "last_error": last.last_error if last else None,
+            # No poller, so nothing is being retried: the last run's error is history.
+            "consecutive_failures": 0,
+            "failing_since": None,
             "rows_emitted": last.rows_emitted if last else 0,
             "rows_suppressed": last.rows_suppressed if last else 0,
             "rows_late": last.rows_late if last else 0,
@@ -212,6 +223,8 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
         "lag_seconds": status.lag_seconds,
         "caught_up": status.caught_up,
         "last_error": status.last_error,
+        "consecutive_failures": status.consecutive_failures,
+        "failing_since": utc_text(status.failing_since),
         "rows_emitted": status.rows_emitted,
         "rows_suppressed": status.rows_suppressed,
         "rows_late": status.rows_late,

@@ -25,6 +25,7 @@ import asyncio
 import functools
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -57,6 +58,7 @@ from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import load_offset
@@ -85,6 +87,9 @@ class TableStatus:
     committed: SourceOffset | None = None
     lag_seconds: float | None = None
     last_error: str | None = None
+    # Retried errors too, until what failed works again (``engine.failures``).
+    consecutive_failures: int = 0
+    failing_since: datetime | None = None
     rows_emitted: int = 0
     rows_suppressed: int = 0
     rows_late: int = 0
@@ -139,7 +144,9 @@ class Poller:
         self.spec = spec
         self._sink = sink
         self._store = store
-        self._writer = OffsetWriter(store, retry, table=spec.alias)
+        self.status = TableStatus()
+        self._failures = FailureTracker(self.status, spec.alias)
+        self._writer = OffsetWriter(store, retry, table=spec.alias, failures=self._failures)
         self._clock = clock
         self._retry = retry
         self._stop = stop
@@ -154,11 +161,12 @@ class Poller:
             ("snow.instance", spec.partition.instance.encode()),
             ("snow.table", spec.partition.table.encode()),
         ]
-        self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
-        self._reader = TableReader(spec, client, retry=retry, stop=stop.event, log=self._log)
+        self._reader = TableReader(
+            spec, client, retry=retry, stop=stop.event, log=self._log, failures=self._failures
+        )
         # Per-generation state, set by _begin.
         self._committer: Committer | None = None
         self._dedup = DedupCache(spec.dedup_max_entries)
@@ -191,7 +199,11 @@ class Poller:
                     retry_in=round(delay, 2),
                     committed=self._committed_text(),
                 )
-                self.status.last_error = str(exc)
+                self._failures.failed(
+                    FailureSource.KAFKA,
+                    f"{self.spec.describe}: producing to topic {self.spec.topic} failed; "
+                    f"restarting from the committed offset: {exc}",
+                )
                 if await sleep_or_stop(self._stop.event, delay):
                     break
                 continue
@@ -217,7 +229,7 @@ class Poller:
 
     def fail(self, message: str) -> None:
         """Put the table in FAILED with ``message`` as its diagnostic."""
-        self.status.last_error = message
+        self._failures.fatal(message)
         self._set_state(TableState.FAILED)
         self._log.error("table FAILED", error=message, committed=self._committed_text())
 
@@ -335,6 +347,7 @@ class Poller:
             began = time.monotonic()
             self.status.hi = hi
             result = await self._sweep(sweep_start, hi)
+            self._failures.succeeded(FailureSource.KAFKA)  # everything read was acknowledged
             self.status.sweeps += 1
             if not result.caught_up:
                 return
@@ -373,7 +386,6 @@ class Poller:
                 fetch = None
                 result.pages += 1
                 self.status.pages += 1
-                self.status.last_error = None
                 metrics.PAGES.labels(table=spec.alias).inc()
                 rows = page.rows
                 if not rows:
@@ -400,6 +412,7 @@ class Poller:
                     dedup=self._dedup,
                 )
                 await self._produce(plan, result)
+                self._failures.succeeded(FailureSource.KAFKA)
                 # Neither this sweep nor the next reads below min(this row, HI - overlap), so
                 # older entries can never suppress anything: a long backfill stays small.
                 self._dedup.evict_older_than(min(last.ts, rewound_floor))
