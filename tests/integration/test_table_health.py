@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -18,9 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession
 
-from snowsource.adapters.sink import RecordSink
 from snowsource.emulator import serve
-from snowsource.engine import supervisor as daemon_module
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, running
@@ -205,13 +202,10 @@ async def test_a_task_that_owns_no_table_is_ready(env: Env, http: ClientSession)
 
 
 @pytest.mark.slow
-async def test_kafka_stopped_makes_the_process_unready_and_produce_failures_visible(
-    env: Env, http: ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.timeout(240)  # two broker starts
+async def test_a_stopped_broker_makes_the_process_unready_until_it_is_back(
+    env: Env, http: ClientSession, tmp_path: Path
 ) -> None:
-    # Records that cannot be delivered fail after 2 s instead of aiokafka's default 40 s.
-    monkeypatch.setattr(
-        daemon_module, "RecordSink", functools.partial(RecordSink, request_timeout_ms=2000)
-    )
     broker = LocalBroker(port=free_broker_port(), data_dir=tmp_path / "kafka")
     await asyncio.to_thread(broker.start)
     try:
@@ -224,34 +218,33 @@ async def test_kafka_stopped_makes_the_process_unready_and_produce_failures_visi
             await poll_until(caught_up(daemon, "incident"), timeout=60)
             status, body = await ready(http, daemon)
             assert status == 200, body
+            assert body["checks"]["kafka_connected"] is True
 
             await asyncio.to_thread(broker.stop)
 
             async def unready() -> bool:
                 return (await ready(http, daemon))[0] == 503
 
+            # The table itself may look well (nothing to produce, or aiokafka holding records
+            # back while no broker answers): readiness is what says Kafka is gone.
             await poll_until(unready, timeout=30)
             status, body = await ready(http, daemon)
             assert "Kafka is not reachable" in body["message"]
             assert body["checks"]["kafka_connected"] is False
-
-            env.emu.insert("incident", {"short_description": "while Kafka is down"})
-
-            async def produce_failing() -> bool:
-                table = await table_of(http, daemon, "incident")
-                return "producing to topic" in (table["last_error"] or "")
-
-            await poll_until(produce_failing, timeout=90, interval=0.5)
-            table = await table_of(http, daemon, "incident")
-            assert table["consecutive_failures"] >= 1
-            assert table["failing_since"] is not None
+            row = env.emu.insert("incident", {"short_description": "while Kafka is down"})
 
             await asyncio.to_thread(broker.start)
 
-            async def recovered() -> bool:
-                table = await table_of(http, daemon, "incident")
-                return (await ready(http, daemon))[0] == 200 and table["consecutive_failures"] == 0
+            async def back() -> bool:
+                return (await ready(http, daemon))[0] == 200
 
-            await poll_until(recovered, timeout=120, interval=0.5)
+            await poll_until(back, timeout=90, interval=0.5)
+            # What was held back went out once the broker answered again.
+            await poll_until(lambda: _committed_past(daemon, row["sys_updated_on"]), timeout=60)
     finally:
         await asyncio.to_thread(broker.stop)
+
+
+def _committed_past(daemon: Daemon, timestamp: str) -> bool:
+    committed = daemon.pollers["incident"].status.committed
+    return committed is not None and committed.timestamp >= timestamp
