@@ -5,6 +5,8 @@ a table whose instance is unreachable would show no error at all. Each *source* 
 its own run: a successful request ends the ServiceNow run, an acknowledged page the Kafka run, a
 written offset the offsets run. So a page read while produce keeps failing does not hide the
 produce failure, and a request that works again is not counted against the table any longer.
+Records Kafka keeps unacknowledged count too (``overdue``): aiokafka retries them for ever while
+their partition's leader does not answer, which no error would otherwise show.
 
 The status shows the runs together: ``last_error`` is the newest error of a run still going,
 ``consecutive_failures`` the failed attempts of every run still going, and ``failing_since`` when
@@ -13,8 +15,10 @@ the oldest of them began (UTC). A FAILED table keeps all three as they were when
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -23,7 +27,19 @@ from typing import Protocol
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
 
-__all__ = ["FailureSource", "FailureTracker", "FailureView", "failing_seconds"]
+__all__ = [
+    "ACKS_OVERDUE_SECONDS",
+    "FailureSource",
+    "FailureTracker",
+    "FailureView",
+    "failing_seconds",
+]
+
+#: Records unacknowledged for this long count as a failed attempt (and again every as long):
+#: while no broker answers, aiokafka keeps records waiting instead of failing them, and a table
+#: whose partition leader is gone would otherwise look well. Kafka itself gives up on a request
+#: after 40 s (``request_timeout_ms``), so a healthy cluster never gets here.
+ACKS_OVERDUE_SECONDS: float = 30.0
 
 
 class FailureSource(StrEnum):
@@ -101,6 +117,26 @@ class FailureTracker:
         )
         self._final = True
         metrics.CONSECUTIVE_FAILURES.labels(table=self._alias).set(status.consecutive_failures)
+
+    @contextlib.contextmanager
+    def overdue(
+        self, source: FailureSource, after: float, message: Callable[[], str]
+    ) -> Iterator[None]:
+        """While the block runs longer than ``after`` s, count a failure every ``after`` s."""
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            nonlocal handle
+            self.failed(source, message())
+            handle = loop.call_later(after, fire)
+
+        handle = loop.call_later(after, fire)
+        try:
+            yield
+        finally:
+            if handle is not None:
+                handle.cancel()
 
     def _publish(self) -> None:
         status, runs = self._status, self._runs.values()

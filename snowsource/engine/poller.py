@@ -57,6 +57,7 @@ from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine import failures
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
@@ -473,7 +474,13 @@ class Poller:
         self._cursor = plan.cursor
         self.status.cursor = plan.cursor
         self._count_evictions(self._dedup.evictions_by_cap - caps_before)
-        if not await self._stop.finish(*futures):
+        with self._failures.overdue(
+            FailureSource.KAFKA,
+            failures.ACKS_OVERDUE_SECONDS,
+            functools.partial(_unacked, spec, futures),
+        ):
+            acked = await self._stop.finish(*futures)
+        if not acked:
             # Stopping and the deadline passed with records unacknowledged: the drain reports it.
             raise StoppedError("stop requested while records were unacknowledged")
         emitted = len(futures)
@@ -548,6 +555,15 @@ class Poller:
 
     def _named(self, message: str) -> str:
         return message if self.spec.describe in message else f"{self.spec.describe}: {message}"
+
+
+def _unacked(spec: TableSpec, futures: list[asyncio.Future[Any]]) -> str:
+    waiting = sum(1 for f in futures if not f.done())
+    return (
+        f"{spec.describe}: Kafka has not acknowledged {waiting} record(s) for topic {spec.topic} "
+        f"within {failures.ACKS_OVERDUE_SECONDS:g} s; still waiting (is the partition's leader "
+        f"broker reachable?)"
+    )
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

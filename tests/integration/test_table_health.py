@@ -18,6 +18,7 @@ import pytest
 from aiohttp import ClientSession
 
 from snowsource.emulator import serve
+from snowsource.engine import failures
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, running
@@ -204,8 +205,9 @@ async def test_a_task_that_owns_no_table_is_ready(env: Env, http: ClientSession)
 @pytest.mark.slow
 @pytest.mark.timeout(240)  # two broker starts
 async def test_a_stopped_broker_makes_the_process_unready_until_it_is_back(
-    env: Env, http: ClientSession, tmp_path: Path
+    env: Env, http: ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(failures, "ACKS_OVERDUE_SECONDS", 1.0)
     broker = LocalBroker(port=free_broker_port(), data_dir=tmp_path / "kafka")
     await asyncio.to_thread(broker.start)
     try:
@@ -225,13 +227,22 @@ async def test_a_stopped_broker_makes_the_process_unready_until_it_is_back(
             async def unready() -> bool:
                 return (await ready(http, daemon))[0] == 503
 
-            # The table itself may look well (nothing to produce, or aiokafka holding records
-            # back while no broker answers): readiness is what says Kafka is gone.
+            # A table with nothing to produce looks well: readiness is what says Kafka is gone.
             await poll_until(unready, timeout=30)
             status, body = await ready(http, daemon)
             assert "Kafka is not reachable" in body["message"]
             assert body["checks"]["kafka_connected"] is False
             row = env.emu.insert("incident", {"short_description": "while Kafka is down"})
+
+            # aiokafka holds the record back rather than failing it; the table says so.
+            async def held_back() -> bool:
+                table = await table_of(http, daemon, "incident")
+                return "Kafka has not acknowledged 1 record(s)" in (table["last_error"] or "")
+
+            await poll_until(held_back, timeout=30)
+            table = await table_of(http, daemon, "incident")
+            assert table["consecutive_failures"] >= 1
+            assert table["failing_since"] is not None
 
             await asyncio.to_thread(broker.start)
 
@@ -241,6 +252,9 @@ async def test_a_stopped_broker_makes_the_process_unready_until_it_is_back(
             await poll_until(back, timeout=90, interval=0.5)
             # What was held back went out once the broker answered again.
             await poll_until(lambda: _committed_past(daemon, row["sys_updated_on"]), timeout=60)
+            await poll_until(caught_up(daemon, "incident"), timeout=30)
+            table = await table_of(http, daemon, "incident")
+            assert (table["consecutive_failures"], table["last_error"]) == (0, None)
     finally:
         await asyncio.to_thread(broker.stop)
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from snowsource.engine import failures
 from snowsource.engine.failures import FailureSource, FailureTracker, failing_seconds
 from snowsource.engine.poller import TableState, TableStatus
 from snowsource.observability import metrics
@@ -184,4 +185,23 @@ async def test_offset_write_failures_show_while_records_still_go_out(quick: Worl
     failing = False
     await until(lambda: status.consecutive_failures == 0 and status.committed is not None)
     assert status.last_error is None
+    await running.finish()
+
+
+async def test_records_kafka_does_not_acknowledge_count_until_they_are(
+    quick: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(failures, "ACKS_OVERDUE_SECONDS", 0.05)
+    quick.sink.auto_ack = False
+    running = Running(quick.poller(quick.spec(), StopSignal()))
+    status = running.poller.status
+    # aiokafka keeps records waiting while no broker answers: the wait itself is the failure.
+    await until(lambda: status.consecutive_failures >= 2)
+    assert "Kafka has not acknowledged 5 record(s) for topic snow.incident" in (
+        status.last_error or ""
+    )
+    assert status.state == TableState.RUNNING
+    quick.sink.ack_all()
+    await until(lambda: status.caught_up)
+    assert failing(status) == (0, None, None)
     await running.finish()
