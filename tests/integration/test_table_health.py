@@ -237,7 +237,9 @@ async def test_a_stopped_broker_makes_the_process_unready_until_it_is_back(
             # aiokafka holds the record back rather than failing it; the table says so.
             async def held_back() -> bool:
                 table = await table_of(http, daemon, "incident")
-                return "Kafka has not acknowledged 1 record(s)" in (table["last_error"] or "")
+                return "Kafka has not acknowledged a page of 1 record(s)" in (
+                    table["last_error"] or ""
+                )
 
             await poll_until(held_back, timeout=30)
             table = await table_of(http, daemon, "incident")
