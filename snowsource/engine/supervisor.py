@@ -97,8 +97,15 @@ class Daemon:
     the offsets store and closed before it.
     """
 
-    def __init__(self, settings: Settings, *, api: ApiFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        api: ApiFactory | None = None,
+        allow_full_replay: bool = False,
+    ) -> None:
         self.settings = settings
+        self.allow_full_replay = allow_full_replay
         self.specs = owned_specs(settings)
         self.clock = InstanceClock()
         self.store: OffsetStore | None = None
@@ -234,6 +241,8 @@ class Daemon:
                 connector=s.name,
                 partitions=s.offset_storage_partitions,
                 replication_factor=s.offset_storage_replication_factor,
+                output_topics=self._replay_topics(),
+                allow_full_replay=self.allow_full_replay,
             ),
         )
         self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
@@ -249,6 +258,12 @@ class Daemon:
                 on_fenced=self._fenced,
             ),
         )
+
+    def _replay_topics(self) -> list[str]:
+        """Output topics whose records mean a missing offsets topic was lost, not never made:
+        the owned tables' (with a group-assigned table set, every configured table would
+        count, since any of them may be this process's after the next rebalance)."""
+        return [spec.topic for spec in self.specs]
 
     async def _open(self, stack: AsyncExitStack, resource: R) -> R:
         """Start ``resource`` (a failed start closes what it opened) and close it at the end
