@@ -13,6 +13,8 @@ from structlog.testing import capture_logs
 
 from snowsource.engine import topic_watch
 from snowsource.engine.poller import TableState
+from snowsource.engine.supervisor import ConnectorState
+from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_offsets, read_topic, running
 
@@ -116,3 +118,25 @@ async def _has_key(env: Env, alias: str, key: str) -> bool:
 async def _stream_committed(env: Env, alias: str) -> bool:
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     return alias in offsets and offsets[alias]["phase"] == "stream"
+
+
+@pytest.mark.slow
+async def test_restart_after_the_failure_creates_the_topic_when_creation_is_enabled(
+    env: Env, kafka_admin: AIOKafkaAdminClient
+) -> None:
+    env.emu.seed(tables=("incident",), rows=10)
+    settings = env.settings({"incident": {"name": "incident"}}, **{"topic.creation.enable": True})
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+        await _delete(kafka_admin, env.topic("incident"))
+        status = daemon.pollers["incident"].status
+        await poll_until(lambda: status.state == TableState.FAILED, timeout=GRACE + 30)
+
+        # What POST /connectors/<name>/restart does: stop, then start from the stored offsets.
+        await daemon.stop_pollers(Deadline.after(10), target=ConnectorState.RUNNING)
+        await daemon.start_pollers(reload=True)
+
+        assert env.topic("incident") in await kafka_admin.list_topics()
+        row = env.emu.insert("incident", {"short_description": "new"}, at=env.emu.clock.now())
+        await poll_until(lambda: _has_key(env, "incident", row["sys_id"]), timeout=60)
+        assert daemon.pollers["incident"].status.state != TableState.FAILED
