@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import UnknownTopicOrPartitionError
 
-from snowsource.adapters.kafka import KafkaConnection, existing_topics
+from snowsource.adapters.kafka import KafkaConnection
 from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -94,9 +95,15 @@ class TopicWatch(AsyncResource):
         """Look at the cluster now (after a restart re-created topics, for instance)."""
         if self._admin is None:
             return
-        found = await existing_topics(self._admin, list(self._states))
+        # Only "unknown topic" means deleted: an authorization or leadership error is another
+        # problem, reported by the produce path, and must not fail the table as a deletion.
+        errors = {
+            entry["topic"]: entry["error_code"]
+            for entry in await self._admin.describe_topics(list(self._states))
+        }
         for topic, state in self._states.items():
-            state.set_missing(topic not in found)
+            if topic in errors:
+                state.set_missing(errors[topic] == UnknownTopicOrPartitionError.errno)
 
     async def _loop(self) -> None:
         while True:
