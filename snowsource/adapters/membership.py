@@ -138,9 +138,9 @@ class NoPartitionsAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         del assignment
 
 
-# The broker picks the first protocol every member supports. A 0.1 process only speaks
-# roundrobin, so during an upgrade beside one the group falls back to it (and the listener
-# pauses what it assigns); among this release's processes nothing is ever assigned.
+# The broker picks, among the protocols every member supports, the one the members prefer. A 0.1
+# process only speaks roundrobin, so during an upgrade beside one the group falls back to it (the
+# listener pauses what it assigns); among this release's processes nothing is ever assigned.
 ASSIGNORS = (NoPartitionsAssignor, RoundRobinPartitionAssignor)
 
 

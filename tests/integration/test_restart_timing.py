@@ -94,3 +94,29 @@ async def test_restart_after_kill_9_sends_its_first_request_within_2_s_of_loadin
 async def _stream_committed(env: Env) -> bool:
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     return "incident" in offsets and offsets["incident"]["phase"] == "stream"
+
+
+@pytest.mark.slow
+async def test_a_live_duplicate_process_is_still_fenced_once_its_join_completes(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=20)
+    config = write_config(
+        env.tmp_path / "duplicate.yaml", env.document({"incident": {"name": "incident"}})
+    )
+    older_log, newer_log = env.tmp_path / "older.log", env.tmp_path / "newer.log"
+    older = await _start(config, older_log)
+    newer: asyncio.subprocess.Process | None = None
+    try:
+        await poll_until(lambda: bool(_events(older_log, "consumer group joined")), timeout=60)
+        newer = await _start(config, newer_log)
+        # The older process sees a younger member with its task.id and exits 1.
+        assert await asyncio.wait_for(older.wait(), timeout=60) == 1, older_log.read_text()[-3000:]
+        fenced = _events(older_log, "fenced by a newer process with the same task.id")
+        assert fenced, older_log.read_text()[-3000:]
+        assert newer.returncode is None, "the newer process must keep running"
+    finally:
+        if older.returncode is None:
+            older.send_signal(signal.SIGKILL)
+            await older.wait()
+        if newer is not None and newer.returncode is None:
+            newer.send_signal(signal.SIGTERM)
+            assert await newer.wait() == 0, newer_log.read_text()[-3000:]
