@@ -187,6 +187,13 @@ class OffsetStore(AsyncResource):
                     configs={"cleanup.policy": "compact"},
                 )
                 found = await _wait_for_topic(admin, self.topic)
+            elif self._allow_full_replay:
+                log.warning(
+                    "--allow-full-replay has no effect: the offsets topic exists and every "
+                    "table resumes from its offset. Remove the flag: left in place it would "
+                    "turn the next loss of the offsets topic into a silent full replay",
+                    topic=self.topic,
+                )
             configs = await _describe_when_visible(admin, self.topic)
         policy = configs.get("cleanup.policy", "")
         if policy != "compact":

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from structlog.testing import capture_logs
 
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.offset_store import OffsetsTopicMissingError, OffsetStore
@@ -106,6 +107,19 @@ async def test_allow_full_replay_creates_the_topic_and_replays_once(
     keys = Counter(r.key for r in await read_topic(env.bootstrap, env.topic("incident")))
     assert len(keys) == 30
     assert set(keys.values()) == {2}
+
+    # Left in place, the flag changes nothing once the topic exists, and says to remove it.
+    store = OffsetStore(
+        KafkaConnection(bootstrap_servers=env.bootstrap),
+        topic=env.offsets_topic,
+        connector=env.name,
+        output_topics=[env.topic("incident")],
+        allow_full_replay=True,
+    )
+    with capture_logs() as logs:
+        async with store:
+            assert store.entries(), "the offsets written by the replay are still there"
+    assert any(e["event"].startswith("--allow-full-replay has no effect") for e in logs)
 
     # Needed once: the topic exists now, so a plain start resumes from its offsets.
     await _resumes_without_replay(env)
