@@ -81,6 +81,12 @@ DEDUP_EVICTIONS = Counter(
     ["table"],
     registry=REGISTRY,
 )
+CONSECUTIVE_FAILURES = Gauge(
+    "snowsource_table_consecutive_failures",
+    "Failed attempts (requests, produce, offset writes) since the table last worked; 0 when well",
+    ["table"],
+    registry=REGISTRY,
+)
 VALUES_UNPARSED = Counter(
     "snowsource_values_unparsed",
     "Values of typed records that did not parse as their column's type and stayed strings",
@@ -107,6 +113,7 @@ ALL_METRIC_NAMES = (
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
+    "snowsource_table_consecutive_failures",
 )
 
 
