@@ -33,6 +33,7 @@ from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
+from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.wiring import (
     kafka_connection,
@@ -315,6 +316,7 @@ class Daemon:
                     self.topic_problems = await self._topic_problems(list(self.topic_problems))
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
+            pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
             for spec in self.specs:
                 poller = Poller(
                     spec,
@@ -324,6 +326,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    pages=pages,
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)
