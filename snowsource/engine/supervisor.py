@@ -33,6 +33,7 @@ from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
+from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
@@ -343,6 +344,7 @@ class Daemon:
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
             hooks = stream_hooks(self.specs, client=self.client, retry=self._retry, stop=stop.event)
+            pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
             for spec in self.specs:
                 poller = Poller(
                     spec,
@@ -353,6 +355,7 @@ class Daemon:
                     retry=self._retry,
                     stop=stop,
                     hooks=hooks[spec.alias],
+                    pages=pages,
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)

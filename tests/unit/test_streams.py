@@ -117,7 +117,7 @@ def test_typed_with_display_values_is_refused(tmp_path: Path) -> None:
 
 
 def _emit(ts: str, ident: str, value: bytes) -> Emit:
-    return Emit(PagePlan(phase="stream", fingerprint="f"), ts, ident, value, (ts, ident))
+    return Emit(("stream", "f"), ts, ident, value, (ts, ident))
 
 
 def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
@@ -138,9 +138,9 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
         spec, FakeSink(), StopSignal(), headers=hooks.headers, key_value=hooks.key_value
     )
     plan = PagePlan(phase="stream", fingerprint="f", emits=[emit])
-    (record,) = delivery.records(plan)
-    assert (record.key, record.value) == (b"d" * 32, None)
-    assert dict([*hooks.headers, *record.headers]) == {
+    ((key, value_sent, own),) = delivery.records(plan)
+    assert (key, value_sent) == (b"d" * 32, None)
+    assert dict([*hooks.headers, *own]) == {
         "snow.instance": b"acme.service-now.com",
         "snow.table": b"incident",
         "snow.timestamp": b"2026-09-29 07:00:30",
