@@ -35,6 +35,7 @@ from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.wiring import (
     kafka_connection,
@@ -342,6 +343,7 @@ class Daemon:
                         await self.topic_watch.refresh()
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
+            hooks = stream_hooks(self.specs, client=self.client, retry=self._retry, stop=stop.event)
             pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
             for spec in self.specs:
                 poller = Poller(
@@ -352,6 +354,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    hooks=hooks[spec.alias],
                     pages=pages,
                 )
                 pollers[spec.alias] = poller
