@@ -155,7 +155,9 @@ class OffsetStore(AsyncResource):
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            isolation_level="read_uncommitted",
+            # Only committed offsets count: an aborted exactly-once transaction never moves a
+            # table, and an open one is not waited for (end offsets are its start).
+            isolation_level="read_committed",
         )
         data: dict[bytes, bytes] = {}
         try:

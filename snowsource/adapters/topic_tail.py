@@ -62,6 +62,34 @@ class _Window:
     slack_floor: str
 
 
+class TopicTail:
+    """The output topics' tails, as the engine's dedup-cache rebuild reads them."""
+
+    def __init__(self, conn: KafkaConnection) -> None:
+        self._conn = conn
+
+    async def read_window(
+        self,
+        topic: str,
+        *,
+        instance: str,
+        table: str,
+        since: str,
+        slack_floor: str,
+        max_scanned: int,
+    ) -> TailResult:
+        """:func:`read_window` on this connection."""
+        return await read_window(
+            self._conn,
+            topic,
+            instance=instance,
+            table=table,
+            since=since,
+            slack_floor=slack_floor,
+            max_scanned=max_scanned,
+        )
+
+
 def _header(headers: tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]], name: str) -> bytes:
     for key, value in headers:
         if key == name:

@@ -59,7 +59,7 @@ from snowsource.core.table import TableSpec
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
-from snowsource.engine.resume import load_offset
+from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
@@ -135,9 +135,11 @@ class Poller:
         clock: InstanceClock,
         retry: RetryPolicy,
         stop: StopSignal,
+        tail: OutputTail | None = None,
     ) -> None:
         self.spec = spec
         self._sink = sink
+        self._tail = tail
         self._store = store
         self._writer = OffsetWriter(store, retry, table=spec.alias)
         self._clock = clock
@@ -227,6 +229,16 @@ class Poller:
             self.spec, self._store, self._writer, stop=self._stop.event, log=self._log
         )
         start = self._begin(committed)
+        await rebuild_dedup(
+            self.spec,
+            self._tail,
+            committed,
+            self._dedup,
+            stop=self._stop.event,
+            retry=self._retry,
+            required=False,
+            log=self._log,
+        )
         committer = self._committer
         assert committer is not None
         try:

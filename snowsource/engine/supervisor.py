@@ -29,6 +29,7 @@ from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
@@ -324,6 +325,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    tail=TopicTail(self._conn),
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)
