@@ -52,7 +52,7 @@ demo: install kafka-up
 	$(BIN)/python -m snowsource.demo
 
 bench: install kafka-up
-	$(BIN)/python -m bench.throughput
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The container image (docs/operations.md#container): Docker or Podman when one works, else a
 # debootstrap stand-in base built with buildah.

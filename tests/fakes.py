@@ -11,6 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from snowsource.adapters.sink import (
+    Headers,
+    PageAck,
+    PageRecord,
+    RecordFailure,
+    is_fatal_produce_error,
+)
 from snowsource.core.offsets_codec import (
     SourcePartition,
     StoredEntry,
@@ -73,29 +80,55 @@ class SentRecord:
 
 @dataclass
 class FakeSink:
-    """Records every send; acknowledges at once unless ``auto_ack`` is off (then the test acks)."""
+    """Records every record of every page; acknowledges at once unless ``auto_ack`` is off (then
+    the test acks, record by record or all at once). ``refuse`` fails every later page from its
+    first record, the way the real sink reports a hand-off error."""
 
     auto_ack: bool = True
     sent: list[SentRecord] = field(default_factory=list)
     max_unacked: int = 0
+    pages: int = 0
+    refuse: BaseException | None = None
 
     @property
     def unacked(self) -> list[SentRecord]:
         return [r for r in self.sent if not r.future.done()]
 
-    async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.sent.append(SentRecord(topic, key, value, dict(headers), future))
-        if self.auto_ack:
-            future.set_result(None)
+    async def send_page(
+        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+    ) -> asyncio.Future[PageAck]:
+        loop = asyncio.get_running_loop()
+        self.pages += 1
+        if self.refuse is not None:
+            failure = RecordFailure(0, self.refuse, is_fatal_produce_error(self.refuse))
+            done: asyncio.Future[PageAck] = loop.create_future()
+            done.set_result(PageAck(records=len(records), acked=0, failure=failure))
+            return done
+        futures: list[asyncio.Future[Any]] = []
+        for key, value, own in records:
+            future: asyncio.Future[Any] = loop.create_future()
+            all_headers = dict(headers or ())
+            all_headers.update(own)
+            self.sent.append(SentRecord(topic, key, value or b"", all_headers, future))
+            if self.auto_ack:
+                future.set_result(None)
+            futures.append(future)
         self.max_unacked = max(self.max_unacked, len(self.unacked))
-        return future
+        return asyncio.ensure_future(_page_ack(futures))
 
     def ack_all(self) -> None:
         for record in self.unacked:
             record.future.set_result(None)
+
+
+async def _page_ack(futures: list[asyncio.Future[Any]]) -> PageAck:
+    """The real sink's rule: the acknowledged prefix ends at the first failed record."""
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, BaseException):
+            failure = RecordFailure(index, outcome, is_fatal_produce_error(outcome))
+            return PageAck(records=len(futures), acked=index, failure=failure)
+    return PageAck(records=len(futures), acked=len(futures), failure=None)
 
 
 WriteHook = Callable[[bytes, bytes | None], None]

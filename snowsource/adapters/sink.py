@@ -5,13 +5,25 @@ rows is handed to the producer at once and batched; the poller decides what an a
 offsets. Errors are classified here: retrying cannot cure a record that is too large or a topic
 we may not write, so those become :class:`KafkaSinkError`; everything else keeps aiokafka's
 ``retriable`` verdict.
+
+``send_page`` is the bulk path: a whole page becomes one record batch per partition (more when a
+partition's share passes the batch limit), built with aiokafka's ``create_batch`` and handed over
+with ``send_batch``, so the per-record cost is the hash and an append into the batch buffer —
+no future, callback or accumulator round trip per row. The partition is the Java client's
+(``core.partitioner``), so keys land where a Connect worker would put them. aiokafka queues at
+most one batch per partition and the producer is idempotent with one request in flight per
+broker, so batches of one partition are written in the order they were handed over. One
+awaitable resolves when every batch of the page has been answered and says how long the
+acknowledged prefix is: the caller commits up to there and no further.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from aiokafka import AIOKafkaProducer
@@ -23,6 +35,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from snowsource.adapters.kafka import (
     KafkaConnection,
@@ -33,6 +46,7 @@ from snowsource.adapters.kafka import (
     stop_client,
 )
 from snowsource.core.errors import KafkaSinkError
+from snowsource.core.partitioner import murmur2
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
@@ -54,6 +68,59 @@ def is_fatal_produce_error(exc: BaseException) -> bool:
     return isinstance(exc, KafkaError) and not is_retriable(exc)
 
 
+# A record batch larger than the broker's message.max.bytes (1048588 by default) is refused as a
+# whole, so page batches stay at 1 MiB even when max.request.size allows bigger records: a record
+# larger than a batch still goes out, alone in its batch (aiokafka always takes a batch's first
+# record).
+_MAX_PAGE_BATCH_BYTES = 1048576
+
+Headers = list[tuple[str, bytes]]
+
+
+class PageRecord(NamedTuple):
+    """One record of a page: key, value (``None`` is a tombstone) and its own headers.
+
+    The headers shared by the whole page are passed once to :meth:`RecordSink.send_page` and
+    go first; ``headers`` holds only what differs per record.
+    """
+
+    key: bytes
+    value: bytes | None
+    headers: Headers
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordFailure:
+    """Why the record at ``index`` of a page was not acknowledged.
+
+    ``fatal`` means retrying cannot help (record too large, topic not writable; SPEC §6): the
+    table FAILs naming that record. Otherwise the table restarts from its committed offset.
+    """
+
+    index: int
+    error: BaseException
+    fatal: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PageAck:
+    """The outcome of one page: records ``0 .. acked-1`` are all acknowledged by Kafka.
+
+    ``failure`` names the first record that was not (``index == acked``), or is ``None`` when
+    the whole page was acknowledged. Later records may have been acknowledged too; only the
+    contiguous prefix may be committed.
+    """
+
+    records: int
+    acked: int
+    failure: RecordFailure | None
+
+    @property
+    def complete(self) -> bool:
+        """True when every record of the page was acknowledged."""
+        return self.acked == self.records
+
+
 class RecordSink(AsyncResource):
     """One idempotent producer shared by every table of the process."""
 
@@ -67,12 +134,16 @@ class RecordSink(AsyncResource):
         request_timeout_ms: int = 40000,
     ) -> None:
         self._conn = conn
+        self._max_request_size = max_request_size
         self._producer = AIOKafkaProducer(
             **conn.client_kwargs(),
             acks="all",
             enable_idempotence=True,
             linger_ms=linger_ms,
             max_request_size=max_request_size,
+            # The batch limit for both paths: aiokafka's 16 KiB default means a produce request
+            # per ~20 rows; a page's records of one partition fit one batch instead.
+            max_batch_size=min(max_request_size, _MAX_PAGE_BATCH_BYTES),
             compression_type=None if compression_type == "none" else compression_type,
             # Also how long a batch may keep failing with retriable errors before its records
             # fail; the poller then restarts the table from its committed offset.
@@ -112,6 +183,139 @@ class RecordSink(AsyncResource):
         except _FATAL as exc:
             raise KafkaSinkError(f"Kafka refused the record for topic {topic}: {exc!r}") from exc
         return future
+
+    async def send_page(
+        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+    ) -> asyncio.Future[PageAck]:
+        """Hand a page to Kafka in per-partition batches; the future resolves to its PageAck.
+
+        Returns once every batch is queued (it waits only when a partition still has a batch
+        queued, as ``send`` does), so the caller may fetch the next page while this one is
+        acknowledged. ``headers`` go first on every record. A record over
+        ``kafka.max.request.size`` is reported as a fatal failure at its index; nothing from
+        it on is sent. Never raises for a Kafka error: hand-off and broker failures alike are
+        reported in the :class:`PageAck`.
+        """
+        common: Headers = list(headers or ())
+        submitted: list[tuple[list[int], asyncio.Future[Any]]] = []
+        failure: RecordFailure | None = None
+        try:
+            failure = await self._hand_over(topic, records, common, submitted)
+        except asyncio.CancelledError:
+            # What was queued is still produced; nobody waits for it now, so retrieve each
+            # outcome (an unretrieved failure would be logged as a bug).
+            for _, future in submitted:
+                future.add_done_callback(_retrieve)
+            raise
+        return asyncio.ensure_future(_collect(len(records), submitted, failure))
+
+    async def _hand_over(
+        self,
+        topic: str,
+        records: Sequence[PageRecord],
+        common: Headers,
+        submitted: list[tuple[list[int], asyncio.Future[Any]]],
+    ) -> RecordFailure | None:
+        """Queue the page's batches into ``submitted``; the first record not queued, if any."""
+        if not records:
+            return None
+        producer = self._producer
+        limit = self._max_request_size
+        estimate = DefaultRecordBatchBuilder.estimate_size_in_bytes
+        # partition -> (open batch, page indices in it)
+        open_batches: dict[int, tuple[Any, list[int]]] = {}
+        try:
+            partitions = sorted(await producer.partitions_for(topic))
+            count = len(partitions)
+            timestamp_ms = int(time.time() * 1000)
+            for index, (key, value, own) in enumerate(records):
+                record_headers = common + own if own else common
+                size = estimate(key, value, record_headers)
+                if size > limit:
+                    error = MessageSizeTooLargeError(
+                        f"record {index} of the page is {size} bytes, more than "
+                        f"kafka.max.request.size ({limit}): raise kafka.max.request.size (and "
+                        f"the topic's max.message.bytes) or exclude the large fields"
+                    )
+                    return await self._flush_open(topic, open_batches, submitted) or (
+                        RecordFailure(index, error, fatal=True)
+                    )
+                partition = partitions[(murmur2(key) & 0x7FFFFFFF) % count]
+                slot = open_batches.get(partition)
+                if slot is None:
+                    slot = open_batches[partition] = (producer.create_batch(), [])
+                batch, indices = slot
+                if (
+                    batch.append(
+                        timestamp=timestamp_ms, key=key, value=value, headers=record_headers
+                    )
+                    is None
+                ):
+                    # Full: queue it and start the partition's next batch with this record.
+                    del open_batches[partition]
+                    future = await producer.send_batch(batch, topic, partition=partition)
+                    submitted.append((indices, future))
+                    batch, indices = open_batches[partition] = (producer.create_batch(), [])
+                    batch.append(
+                        timestamp=timestamp_ms, key=key, value=value, headers=record_headers
+                    )
+                indices.append(index)
+        except KafkaError as exc:
+            return RecordFailure(
+                _first_unqueued(len(records), submitted), exc, is_fatal_produce_error(exc)
+            )
+        return await self._flush_open(topic, open_batches, submitted)
+
+    async def _flush_open(
+        self,
+        topic: str,
+        open_batches: dict[int, tuple[Any, list[int]]],
+        submitted: list[tuple[list[int], asyncio.Future[Any]]],
+    ) -> RecordFailure | None:
+        """Queue every open batch; a hand-off error becomes the failure of its first record."""
+        while open_batches:
+            partition, (batch, indices) = open_batches.popitem()
+            # An open batch would also take records of a later ``send`` to the partition, and
+            # its future would then cover records that are not this page's.
+            batch.close()
+            try:
+                future = await self._producer.send_batch(batch, topic, partition=partition)
+            except KafkaError as exc:
+                unqueued = [indices, *(i for _, i in open_batches.values())]
+                first = min(i[0] for i in unqueued)
+                return RecordFailure(first, exc, is_fatal_produce_error(exc))
+            submitted.append((indices, future))
+        return None
+
+    async def flush(self) -> None:
+        """Wait until everything handed to the producer is acknowledged or failed."""
+        await self._producer.flush()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _first_unqueued(count: int, submitted: list[tuple[list[int], asyncio.Future[Any]]]) -> int:
+    queued = {i for indices, _ in submitted for i in indices}
+    return next((i for i in range(count) if i not in queued), count)
+
+
+async def _collect(
+    count: int,
+    submitted: list[tuple[list[int], asyncio.Future[Any]]],
+    handover: RecordFailure | None,
+) -> PageAck:
+    """Wait for every queued batch and fold the answers into the page's acknowledged prefix."""
+    outcomes = await asyncio.gather(*(f for _, f in submitted), return_exceptions=True)
+    # The first record of the page that is not acknowledged, and why.
+    first: RecordFailure | None = handover
+    for (indices, _), outcome in zip(submitted, outcomes, strict=True):
+        if isinstance(outcome, BaseException) and (first is None or indices[0] < first.index):
+            first = RecordFailure(indices[0], outcome, is_fatal_produce_error(outcome))
+    acked = count if first is None else first.index
+    return PageAck(records=count, acked=acked, failure=first)
 
 
 async def ensure_topics(

@@ -1,16 +1,11 @@
 """``load_config``: the only entry point that reads anything.
 
-It reads the file, maps the environment, reads ``.file`` secrets, merges (environment wins),
-validates the merged dict with the frozen ``Settings`` model, then checks what needs the
-validated whole: files named by the config exist, no key asks for a feature this release does
-not have. Every problem is raised at once as ``ConfigError``, each with the user's dotted key
-path and what is allowed, before anything is contacted.
-
-Why a plain pydantic model and not pydantic-settings: the sources need per-call input (the path,
-an ``env`` mapping in tests), the environment mapping (``_`` for ``.`` inside a key, literal
-table aliases, JSON for sections) is not one pydantic-settings' env source can express, and
-every source reports problems instead of raising. What remained of pydantic-settings was its
-private ``_build_sources`` argument; merging two dicts is simpler and says what it does.
+``Settings()`` is built once with this call's sources active (``sources.py``): pydantic-settings
+calls them in priority order, merges their dicts and validates the result. Then what needs the
+validated whole is checked: files named by the config exist, no key asks for a feature this
+release does not have. The sources report instead of raising, so every problem — theirs and
+validation's — is raised at once as ``ConfigError``, each with the user's dotted key path and
+what is allowed, before anything is contacted.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ from pydantic import ValidationError
 from snowsource.config.availability import unavailable_features
 from snowsource.config.models import Settings
 from snowsource.config.problems import safe_problems, validation_problems
-from snowsource.config.sources import CONFIG_ENV, environment_source, file_source, merged
-from snowsource.config.yaml_loader import read_yaml
+from snowsource.config.sources import CONFIG_ENV, ConfigSources, activated
 from snowsource.core.errors import ConfigError
 
 DEFAULT_CONFIG_PATH: Final = Path("config.yaml")
@@ -72,18 +66,19 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     """
     environ: Mapping[str, str] = os.environ if env is None else env
     config_path = resolve_config_path(path, environ)
-    document, problems = read_yaml(config_path)
-    from_env = environment_source(environ)
-    from_file = file_source(document)
+    sources = ConfigSources(Settings, config_path, environ)
     settings: Settings | None = None
     validation: list[tuple[str, str]] = []
-    try:
-        settings = Settings.model_validate(merged(from_file.data, from_env.data))
-    except ValidationError as exc:
-        validation = validation_problems(exc)
-    problems = [*from_env.problems, *from_file.problems, *problems, *validation]
+    with activated(sources):
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            validation = validation_problems(exc)
+    if sources.config_file.fatal is not None:
+        raise sources.config_file.fatal
+    problems = [*sources.problems, *validation]
     if settings is not None and not problems:
         problems = [*_missing_files(settings), *unavailable_features(settings)]
     if problems or settings is None:
         raise ConfigError(safe_problems(problems) or [("", "invalid configuration")])
-    return LoadedConfig(settings=settings, warnings=list(from_env.warnings), path=config_path)
+    return LoadedConfig(settings=settings, warnings=sources.warnings, path=config_path)

@@ -2,8 +2,9 @@
 
 Field names are the YAML keys with ``_`` for ``.`` (``tasks_max`` is ``tasks.max``): one alias
 generator gives every field its key, and only the keys are accepted as input. Values are
-validated here; reading the file and the environment is ``sources.py``'s business, and turning
-pydantic's errors into the user's key paths is ``problems.py``'s.
+validated here; the root ``Settings`` names its sources and their order, reading the file and
+the environment is ``sources.py``'s business, and turning pydantic's errors into the user's key
+paths is ``problems.py``'s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from snowsource.config.fields import (
     TABLE_NAME_RE,
@@ -73,6 +75,7 @@ from snowsource.config.fields import (
     required,
     stringify_configs,
 )
+from snowsource.config.sources import active_sources
 from snowsource.core.cursor import parse_ts
 from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
@@ -86,6 +89,8 @@ def yaml_key(field_name: str) -> str:
 class Section(BaseModel):
     """Base of every section: frozen, unknown keys rejected, YAML keys (aliases) only."""
 
+    # Spelled out here and on Settings: the pydantic mypy plugin reads only literal keywords
+    # (it would not see ``frozen`` through a shared dict).
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
@@ -394,12 +399,25 @@ INHERITED_BY_TABLES: Final = (
 _DEFAULT_TOPIC_PREFIX: Final = "servicenow."
 
 
-class Settings(Section):
+class Settings(BaseSettings):
     """The whole validated, frozen configuration (the root of the YAML file).
 
-    Built directly, it validates only its keyword arguments (YAML keys); ``load_config`` is
-    what reads the file, the environment and secret files.
+    A pydantic-settings model whose sources are the project's own (``sources.py``), active only
+    inside ``load_config``. Built directly, it validates only its keyword arguments (YAML keys).
     """
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=yaml_key,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        hide_input_in_errors=True,
+        # BaseSettings validates defaults; the sections do not, and the root keeps their rule
+        # (a default is trusted, so it never produces a problem the user did not write).
+        validate_default=False,
+    )
 
     name: NonEmptyStr = "servicenow-source"
     tasks_max: PositiveInt = 1
@@ -432,6 +450,25 @@ class Settings(Section):
     offset_storage_replication_factor: ReplicationFactor = -1
     rest: RestConfig = Field(default_factory=RestConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Highest priority first: keyword arguments, ``.file`` secrets, environment, file.
+
+        pydantic-settings' own environment, dotenv and secrets-directory sources are never
+        used: they would read unprefixed names such as ``NAME`` or ``LOG`` from the process.
+        """
+        active = active_sources()
+        if active is None:
+            return (init_settings,)
+        return (init_settings, active.secret_files, active.environment, active.config_file)
 
     @model_validator(mode="before")
     @classmethod

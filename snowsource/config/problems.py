@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from snowsource.config.fields import PROBLEMS_ERROR
+from snowsource.config.models import Settings
 from snowsource.config.redaction import mask_userinfo
 from snowsource.config.schema import (
     Loc,
@@ -27,18 +27,6 @@ from snowsource.config.schema import (
     model_at,
     model_of,
 )
-from snowsource.core.errors import ConfigError
-
-
-class ConfigFileNotFoundError(ConfigError):
-    """The config file does not exist: said as such, not as an invalid configuration."""
-
-    def __init__(self, path: Path, hint: str) -> None:
-        self.path = path
-        super().__init__([("", f"config file not found: {path} ({hint})")])
-
-    def __str__(self) -> str:
-        return self.problems[0][1]
 
 
 def dotted(loc: Iterable[str | int]) -> str:
@@ -56,11 +44,11 @@ def _may_echo(loc: Loc) -> bool:
     """Whether the value at ``loc`` may be shown in an error."""
     if not loc:
         return False
-    info = field_at(loc)
+    info = field_at(Settings, loc)
     if info is None:
         # An unknown key (maybe a misspelt secret) is never shown; a table alias or an item
         # of a list of names is.
-        parent = field_at(loc[:-1])
+        parent = field_at(Settings, loc[:-1])
         if parent is None or is_secret(parent.annotation):
             return False
         return isinstance(loc[-1], int) or dict_model_of(parent.annotation) is not None
@@ -75,7 +63,7 @@ def _describe(error: Mapping[str, Any], loc: Loc) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "extra_forbidden":
-        model = model_at(loc[:-1])
+        model = model_at(Settings, loc[:-1])
         if model is None:
             return "unknown key"
         allowed = keys_with_files(model)
@@ -108,7 +96,7 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
             loc = loc[:-1]
         if error["type"] != "extra_forbidden":
             # An unknown key is the user's own spelling (maybe a field name): keep it.
-            loc = aliased_loc(loc)
+            loc = aliased_loc(Settings, loc)
         if error["type"] == PROBLEMS_ERROR:
             for sub, message in error["ctx"]["problems"]:
                 problems.append((dotted((*loc, sub)), message))

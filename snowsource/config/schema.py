@@ -3,6 +3,9 @@
 The sources (which environment variable is which key, where a ``.file`` may stand) and the
 error messages (which keys are allowed here, whether a value may be echoed) both ask these
 questions; the answers come from the models themselves, so a new key needs no second listing.
+Every question names the model it is asked of (``root`` for a path from the top): the root
+``Settings`` picks its sources from ``sources.py``, which asks these questions in turn, so this
+module must not import it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from snowsource.config.fields import FILE_SUFFIX
-from snowsource.config.models import Settings
 
 Loc = tuple[str | int, ...]
 
@@ -95,9 +97,9 @@ def holds_secret(model: type[BaseModel]) -> bool:
     return False
 
 
-def model_at(loc: Loc) -> type[BaseModel] | None:
+def model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
     """The model that holds the keys at ``loc`` (a pydantic error location), if any."""
-    model: type[BaseModel] | None = Settings
+    model: type[BaseModel] | None = root
     parts = list(loc)
     while parts and model is not None:
         key = parts.pop(0)
@@ -115,18 +117,18 @@ def model_at(loc: Loc) -> type[BaseModel] | None:
     return model
 
 
-def field_at(loc: Loc) -> FieldInfo | None:
+def field_at(root: type[BaseModel], loc: Loc) -> FieldInfo | None:
     """The field at ``loc``, None for an unknown key or a table alias."""
     if not loc:
         return None
-    model = model_at(loc[:-1])
+    model = model_at(root, loc[:-1])
     return fields_by_key(model).get(str(loc[-1])) if model is not None else None
 
 
-def aliased_loc(loc: Loc) -> Loc:
+def aliased_loc(root: type[BaseModel], loc: Loc) -> Loc:
     """``loc`` with field names replaced by YAML keys (pydantic reports a default by its name)."""
     out: list[str | int] = []
-    model: type[BaseModel] | None = Settings
+    model: type[BaseModel] | None = root
     expect_alias = False
     for part in loc:
         if expect_alias or model is None or not isinstance(part, str):

@@ -1,9 +1,10 @@
 """The names everyone imports: the configuration model and ``load_config``.
 
-The configuration is split by concept — ``fields`` (value types), ``models`` (the frozen model),
-``yaml_loader`` (the file), ``sources`` (environment and ``.file`` secrets), ``problems`` (error
-text), ``availability`` (features not shipped yet), ``redaction`` (showing it safely) and
-``loader`` (putting them together). This module re-exports the public names so that
+The configuration is split by concept — ``fields`` (value types), ``models`` (the frozen
+pydantic-settings model), ``yaml_loader`` (parsing the file), ``sources`` (its pydantic-settings
+sources: the file, the environment and ``.file`` secrets), ``problems`` (error text),
+``availability`` (features not shipped yet), ``redaction`` (showing it safely) and ``loader``
+(putting them together). This module re-exports the public names so that
 ``from snowsource.config.settings import Settings, load_config`` keeps working.
 """
 
@@ -40,10 +41,9 @@ from snowsource.config.models import (
     SnowConfig,
     TableConfig,
 )
-from snowsource.config.problems import ConfigFileNotFoundError
 from snowsource.config.redaction import REDACTED, RedactedConfig, mask_userinfo, redacted_dict
 from snowsource.config.sources import CONFIG_ENV, ENV_PREFIX
-from snowsource.config.yaml_loader import MAX_EXPANDED_NODES
+from snowsource.config.yaml_loader import MAX_EXPANDED_NODES, ConfigFileNotFoundError
 
 __all__ = [
     "CONFIG_ENV",

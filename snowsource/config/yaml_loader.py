@@ -17,13 +17,23 @@ from typing import Any, Final
 import yaml
 from yaml.events import AliasEvent
 
-from snowsource.config.problems import ConfigFileNotFoundError
 from snowsource.core.errors import ConfigError
 
 MAX_EXPANDED_NODES: Final = 10_000
 # A configuration is six levels deep; a hundred leaves room for lists of mappings.
 MAX_DEPTH: Final = 100
 CONFIG_HINT: Final = "pass --config PATH or set SNOWSOURCE_CONFIG"
+
+
+class ConfigFileNotFoundError(ConfigError):
+    """The config file does not exist: said as such, not as an invalid configuration."""
+
+    def __init__(self, path: Path, hint: str) -> None:
+        self.path = path
+        super().__init__([("", f"config file not found: {path} ({hint})")])
+
+    def __str__(self) -> str:
+        return self.problems[0][1]
 
 
 class _RefusedError(Exception):

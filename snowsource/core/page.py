@@ -5,6 +5,13 @@ inside the requested window, with a usable id and timestamp), asks the dedup cac
 row's value was already emitted, spots late commits below the cursor, and gives each emitted row
 the offset it carries: the cursor after emitting it, which never moves back. The poller only
 sends what this returns and counts it.
+
+It runs for every row the daemon reads, so it works on plain ``(ts, id)`` string tuples:
+timestamps have a fixed zero-padded format, so string order is time order, and each distinct
+timestamp is validated once. Offsets and ``Position`` objects are only built when asked for
+(the poller commits one offset per page). Rows older than the dedup window (``keep_from``)
+get no digest and no cache entry: they are never read again, so nothing could be suppressed
+by remembering them.
 """
 
 from __future__ import annotations
@@ -13,27 +20,53 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snowsource.core.cursor import Position, in_window, is_valid_ts
+from snowsource.core.cursor import Position, is_valid_ts
 from snowsource.core.dedup import DedupCache, digest
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, cursor_id_problem
 from snowsource.core.records import RecordShaper
 from snowsource.core.table import TableSpec
 
+Key = tuple[str, str]  # (ts, id): a row's cursor position, compared as a string tuple
 
-@dataclass(frozen=True)
+
 class Emit:
-    """A row to send: its key position, value bytes and the offset its record carries."""
+    """A row to send: its key position, value bytes and the cursor its record carries."""
 
-    position: Position
-    value: bytes
-    offset: SourceOffset
+    __slots__ = ("_cursor", "_plan", "id", "ts", "value")
+
+    def __init__(self, plan: PagePlan, ts: str, id: str, value: bytes, cursor: Key) -> None:
+        self._plan = plan
+        self.ts = ts
+        self.id = id
+        self.value = value
+        self._cursor = cursor
+
+    @property
+    def key(self) -> bytes:
+        """The record key: the row's id."""
+        return self.id.encode()
+
+    @property
+    def position(self) -> Position:
+        """The row's own cursor position."""
+        return Position(self.ts, self.id)
+
+    @property
+    def offset(self) -> SourceOffset:
+        """The offset a commit up to and including this record writes."""
+        ts, ident = self._cursor
+        return SourceOffset(
+            timestamp=ts, sys_id=ident, phase=self._plan.phase, fingerprint=self._plan.fingerprint
+        )
 
 
 @dataclass
 class PagePlan:
     """The decision for one page, in row order."""
 
+    phase: str = "backfill"
+    fingerprint: str = ""
     emits: list[Emit] = field(default_factory=list)
     suppressed: int = 0
     late: int = 0
@@ -41,10 +74,24 @@ class PagePlan:
     cursor: Position | None = None  # the cursor after the page (only emitted rows move it)
 
 
+def _field(shaper: RecordShaper, row: dict[str, Any], name: str) -> str | None:
+    value = row.get(name)
+    # The raw response shape (plain strings) is the common one; dicts come with display values.
+    return value if type(value) is str else shaper.raw(row, name)
+
+
 def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> Position:
     """A row's cursor position; ``TableFailedError`` naming the row when it has none."""
-    ident = shaper.raw(row, spec.id_field)
-    stamp = shaper.raw(row, spec.timestamp_field)
+    ts, ident = _row_key(spec, shaper, row, None)
+    return Position(ts, ident)
+
+
+def _row_key(
+    spec: TableSpec, shaper: RecordShaper, row: dict[str, Any], known_ts: str | None
+) -> Key:
+    """``(ts, id)`` of a row, validated; ``known_ts`` is a timestamp already found valid."""
+    ident = _field(shaper, row, spec.id_field)
+    stamp = _field(shaper, row, spec.timestamp_field)
     if not ident:
         raise TableFailedError(
             f"{spec.describe}: a row has no {spec.id_field!r} value "
@@ -52,7 +99,7 @@ def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> 
             f"{spec.id_field}={row.get(spec.id_field)!r}); "
             f"check fields / ACLs of the integration user"
         )
-    if stamp is None or not is_valid_ts(stamp):
+    if stamp is None or (stamp != known_ts and not is_valid_ts(stamp)):
         raise TableFailedError(
             f"{spec.describe}: row {spec.id_field}={ident} has field "
             f"{spec.timestamp_field!r} = {row.get(spec.timestamp_field)!r}, not a "
@@ -61,7 +108,7 @@ def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> 
     if problem := cursor_id_problem(ident, spec.id_field):
         # Emitting it would commit an offset that no restart could load again.
         raise TableFailedError(f"{spec.describe}: a row's {spec.id_field}: {problem}")
-    return Position(stamp, ident)
+    return stamp, ident
 
 
 def page_positions(
@@ -72,56 +119,78 @@ def page_positions(
     after: Position,
     hi: str,
     previous: Position | None,
-) -> list[Position]:
-    """Positions of a page's rows, enforcing the ordering guard: never emit silently out of
+) -> list[Key]:
+    """``(ts, id)`` of a page's rows, enforcing the ordering guard: never emit silently out of
     order, because the cursor would then skip rows."""
-    positions: list[Position] = []
+    keys: list[Key] = []
+    prev: Key | None = (previous.ts, previous.id) if previous is not None else None
+    # Rows of the window: strictly after ``after``, or from second ``after.ts`` on when its id
+    # is empty (the query then says ``ts>=T``); ``("T", "")`` sorts before every row of T.
+    floor: Key = (after.ts, after.id)
+    valid_ts: str | None = None
     for row in rows:
-        pos = row_position(spec, shaper, row)
-        if (previous is not None and pos <= previous) or not in_window(pos, after, hi):
+        key = _row_key(spec, shaper, row, valid_ts)
+        valid_ts = key[0]
+        if (
+            (prev is not None and key <= prev)
+            or key[0] > hi
+            or key < floor
+            or (key == floor and floor[1] != "")
+        ):
             raise TableFailedError(
                 f"{spec.describe}: rows out of cursor order: the instance did not honour "
-                f"ORDERBY, or the query was rewritten (row {pos.id} at {pos.ts} after "
-                f"{previous.ts + '/' + previous.id if previous else '-'}, window after "
+                f"ORDERBY, or the query was rewritten (row {key[1]} at {key[0]} after "
+                f"{prev[0] + '/' + prev[1] if prev else '-'}, window after "
                 f"{after.ts}/{after.id or '-'} up to {hi})"
             )
-        positions.append(pos)
-        previous = pos
-    return positions
+        keys.append(key)
+        prev = key
+    return keys
 
 
 def plan_page(
     spec: TableSpec,
     shaper: RecordShaper,
     rows: Sequence[dict[str, Any]],
-    positions: Sequence[Position],
+    positions: Sequence[Key],
     *,
     phase: str,
     cursor: Position,
     late_floor: Position,
     dedup: DedupCache,
+    keep_from: str | None = None,
 ) -> PagePlan:
     """Decide every row of a page (positions from :func:`page_positions`).
 
-    ``dedup`` remembers each emitted row. ``late_floor`` is where this incarnation's cursor
-    started: rows below it may have been emitted before a restart (the cache started empty), so
-    only rows between it and ``cursor`` are told apart as late commits.
+    ``dedup`` remembers each emitted row from ``keep_from`` on (all of them when ``None``).
+    ``late_floor`` is where this incarnation's cursor started: rows below it may have been
+    emitted before a restart (the cache started empty), so only rows between it and ``cursor``
+    are told apart as late commits.
     """
-    plan = PagePlan(last=positions[-1] if positions else None, cursor=cursor)
-    fingerprint = spec.partition.query_fingerprint
-    for row, pos in zip(rows, positions, strict=True):
-        value = shaper.value_bytes(row)
-        value_digest = digest(value)
-        if not dedup.should_emit(pos.id, pos.ts, value_digest):
-            plan.suppressed += 1
-            continue
-        if late_floor <= pos < cursor and not dedup.contains(pos.id):
-            plan.late += 1
-        dedup.remember(pos.id, pos.ts, value_digest)
-        cursor = max(cursor, pos)
-        offset = SourceOffset(
-            timestamp=cursor.ts, sys_id=cursor.id, phase=phase, fingerprint=fingerprint
-        )
-        plan.emits.append(Emit(pos, value, offset))
-    plan.cursor = cursor
+    plan = PagePlan(phase=phase, fingerprint=spec.partition.query_fingerprint)
+    if positions:
+        plan.last = Position(*positions[-1])
+    cur: Key = (cursor.ts, cursor.id)
+    floor: Key = (late_floor.ts, late_floor.id)
+    value_bytes = shaper.value_bytes
+    emits = plan.emits
+    known = dedup.contains
+    for row, key in zip(rows, positions, strict=True):
+        ts, ident = key
+        value = value_bytes(row)
+        if keep_from is not None and ts < keep_from and not known(ident):
+            # Outside the re-read window and never emitted in this incarnation: it is new.
+            if floor <= key < cur:
+                plan.late += 1
+        else:
+            value_digest = digest(value)
+            if not dedup.should_emit(ident, ts, value_digest):
+                plan.suppressed += 1
+                continue
+            if floor <= key < cur and not known(ident):
+                plan.late += 1
+            dedup.remember(ident, ts, value_digest)
+        cur = max(cur, key)
+        emits.append(Emit(plan, ts, ident, value, cur))
+    plan.cursor = cursor if cur == (cursor.ts, cursor.id) else Position(*cur)
     return plan

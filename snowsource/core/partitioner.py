@@ -2,10 +2,15 @@
 
 The offsets topic and every output topic are partitioned this way, so a record written by
 snowsource lands on the same partition as one written by a Kafka Connect worker.
+
+The hash runs once per produced record, so it uses the compiled ``murmurhash2`` package (about
+0.3 µs a key against 5 µs in Python); :func:`murmur2_reference` is the plain transcription of the
+Java code, used where that package has no wheel and by the tests as the reference.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 _M: Final = 0x5BD1E995
@@ -13,7 +18,7 @@ _SEED: Final = 0x9747B28C
 _MASK: Final = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
+def murmur2_reference(data: bytes) -> int:
     """Kafka's 32-bit murmur2 of ``data`` (``org.apache.kafka.common.utils.Utils.murmur2``).
 
     Returned as an unsigned 32-bit integer; Java's signed value has the same low 31 bits.
@@ -36,6 +41,22 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h
+
+
+def _compiled() -> Callable[[bytes], int] | None:
+    try:
+        from murmurhash2 import murmurhash2  # noqa: PLC0415  optional: no wheel on every platform
+    except ImportError:  # pragma: no cover - exercised only where no wheel exists
+        return None
+
+    def compiled(data: bytes) -> int:
+        return int(murmurhash2(data, _SEED))
+
+    return compiled
+
+
+murmur2: Callable[[bytes], int] = _compiled() or murmur2_reference
+"""Kafka's murmur2 of ``data`` as an unsigned 32-bit integer (compiled when available)."""
 
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:

@@ -61,4 +61,6 @@ class RecordShaper:
 
     def value_bytes(self, row: Mapping[str, Any]) -> bytes:
         """Compact UTF-8 JSON of the shaped row."""
+        if self.display_value != "true":
+            return orjson.dumps(row)  # the value is the row itself: no copy per row
         return orjson.dumps(self.shape(row))

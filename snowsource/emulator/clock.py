@@ -65,8 +65,8 @@ class Clock:
 
 def stamp(dt: datetime) -> str:
     """A ServiceNow stored date/time: UTC ``YYYY-MM-DD HH:MM:SS``, truncated to the second."""
-    u = dt.astimezone(UTC)
-    return f"{u.year:04d}-{u.month:02d}-{u.day:02d} {u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+    # isoformat pads the year to four digits and is a single C call: seeding stamps millions.
+    return dt.astimezone(UTC).isoformat(" ", "seconds")[:19]
 
 
 def parse_stamp(value: str) -> datetime:

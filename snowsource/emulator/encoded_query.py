@@ -67,6 +67,7 @@ __all__ = [
     "OrderKey",
     "ParsedQuery",
     "QueryError",
+    "literal_operand",
     "match_group",
     "parse_encoded_query",
 ]
@@ -227,6 +228,17 @@ class ParsedQuery:
     def apply(self, rows: Iterable[R]) -> list[R]:
         """Filter then sort: what the Table API would return before paging."""
         return self.sort(self.filter(rows))
+
+
+def literal_operand(condition: Condition) -> str | None:
+    """The operand ``condition``'s test compares with, when that is its text unchanged.
+
+    ``None`` for a ``javascript:`` operand or a date-only one (both are rewritten first).
+    """
+    operand = condition.operand
+    if operand[: len(_JAVASCRIPT)].lower() == _JAVASCRIPT or _DATE_ONLY.fullmatch(operand):
+        return None
+    return operand
 
 
 # --- values -----------------------------------------------------------------------------------

@@ -106,6 +106,39 @@ class Renderer:
             out[column.key] = self.value(column.field, self._walk(values, column.path))
         return out
 
+    def rows(
+        self, rows: Iterable[Mapping[str, str]], columns: list[Column]
+    ) -> list[dict[str, JSONValue]]:
+        """Many records, as :meth:`row` renders each one.
+
+        Raw values of plain columns (``display_value=false``, no dot-walk) are copied without a
+        call per field: a 1000-row page has tens of thousands of them, and this is the
+        emulator's hot path when a client pages through a large table.
+        """
+        if self.mode != "false" or any(len(c.path) != 1 for c in columns):
+            return [self.row(values, columns) for values in rows]
+        order = tuple(c.key for c in columns)
+        links = [
+            (c.key, f"{self.base_url}/api/now/table/{c.field.reference}/")
+            for c in columns
+            if c.field.type == "reference"
+        ]
+        if self.exclude_reference_link:
+            links = []  # a raw reference is its sys_id, like any plain value
+        out: list[dict[str, JSONValue]] = []
+        for values in rows:
+            # A stored row keeps its table's field order, so when every column is asked for
+            # the record is a plain copy.
+            record: dict[str, JSONValue] = (
+                dict(values) if tuple(values) == order else {k: values.get(k, "") for k in order}
+            )
+            for key, prefix in links:
+                raw = values.get(key, "")
+                if raw:
+                    record[key] = {"link": prefix + raw, "value": raw}
+            out.append(record)
+        return out
+
     def _walk(self, values: Mapping[str, str], path: tuple[Field, ...]) -> str:
         current: Mapping[str, str] | None = values
         for step in path[:-1]:

@@ -8,6 +8,7 @@ system fields, audit and visibility handling as a test's own writes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -80,6 +81,7 @@ INCIDENT_TEXTS = (
     "Outlook crashes on start",
     "Badge reader broken",
 )
+_INCIDENT_DESCRIPTIONS = tuple(f"Reported by phone. {text}." for text in INCIDENT_TEXTS)
 CHANGE_TEXTS = (
     "Patch Linux fleet",
     "Upgrade Oracle to 19c",
@@ -101,8 +103,19 @@ SLA_NAMES = (
 SEEDABLE = ("incident", "change_request", "cmdb_ci", "task_sla", "sys_user")
 
 
+# Seeding a million rows makes ~20 million of these draws: one ``random()`` call each is several
+# times cheaper than ``randrange``/``randint``, and just as deterministic for a seed.
 def _pick(rng: random.Random, values: Sequence[str]) -> str:
-    return values[rng.randrange(len(values))]
+    return values[int(rng.random() * len(values))]
+
+
+def _randint(rng: random.Random, low: int, high: int) -> int:
+    """A uniform integer in ``[low, high]``."""
+    return low + int(rng.random() * (high - low + 1))
+
+
+def _ip_address(rng: random.Random) -> str:
+    return f"10.{_randint(rng, 0, 255)}.{_randint(rng, 0, 255)}.{_randint(rng, 1, 254)}"
 
 
 def user_values(rng: random.Random, index: int) -> dict[str, str]:
@@ -131,11 +144,11 @@ def incident_values(
     """A plausible new or progressed incident."""
     state = _pick(rng, ("1", "1", "2", "2", "3", "6", "7", "8"))
     closed = state in ("6", "7", "8")
-    impact, urgency = str(rng.randint(1, 3)), str(rng.randint(1, 3))
+    impact, urgency = str(_randint(rng, 1, 3)), str(_randint(rng, 1, 3))
     priority = str(min(5, int(impact) + int(urgency) - 1))
     return {
         "short_description": _pick(rng, INCIDENT_TEXTS),
-        "description": "Reported by phone. " + _pick(rng, INCIDENT_TEXTS) + ".",
+        "description": _pick(rng, _INCIDENT_DESCRIPTIONS),
         "caller_id": _pick(rng, users) if users else "",
         "assigned_to": _pick(rng, users) if users and rng.random() < 0.8 else "",
         "opened_by": _pick(rng, users) if users else "",
@@ -148,9 +161,9 @@ def incident_values(
         "active": "false" if closed else "true",
         "category": _pick(rng, ("inquiry", "software", "hardware", "network", "database")),
         "opened_at": stamp(opened),
-        "resolved_at": stamp(opened + timedelta(hours=rng.randint(1, 48))) if closed else "",
-        "closed_at": stamp(opened + timedelta(hours=rng.randint(49, 96))) if state == "7" else "",
-        "reassignment_count": str(rng.randint(0, 3)),
+        "resolved_at": stamp(opened + timedelta(hours=_randint(rng, 1, 48))) if closed else "",
+        "closed_at": stamp(opened + timedelta(hours=_randint(rng, 49, 96))) if state == "7" else "",
+        "reassignment_count": str(_randint(rng, 0, 3)),
     }
 
 
@@ -159,7 +172,7 @@ def change_values(
 ) -> dict[str, str]:
     """A plausible change request."""
     state = _pick(rng, ("-5", "-4", "-3", "-2", "-1", "0", "3", "4"))
-    start = opened + timedelta(days=rng.randint(1, 10), hours=rng.randint(0, 23))
+    start = opened + timedelta(days=_randint(rng, 1, 10), hours=_randint(rng, 0, 23))
     return {
         "short_description": _pick(rng, CHANGE_TEXTS),
         "description": "Planned maintenance.",
@@ -177,7 +190,7 @@ def change_values(
         "active": "false" if state in ("3", "4") else "true",
         "opened_at": stamp(opened),
         "start_date": stamp(start),
-        "end_date": stamp(start + timedelta(hours=rng.randint(1, 8))),
+        "end_date": stamp(start + timedelta(hours=_randint(rng, 1, 8))),
     }
 
 
@@ -187,14 +200,14 @@ def ci_values(rng: random.Random, users: Sequence[str], index: int) -> tuple[str
     name = f"{_pick(rng, CI_PREFIXES)}{index:04d}"
     values = {
         "name": name,
-        "asset_tag": f"P{rng.randint(100000, 999999)}",
+        "asset_tag": f"P{_randint(rng, 100000, 999999)}",
         "serial_number": f"SN-{rng.getrandbits(40):010x}",
-        "ip_address": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+        "ip_address": _ip_address(rng),
         "install_status": _pick(rng, ("1", "1", "1", "3", "6", "7")),
         "operational_status": _pick(rng, ("1", "1", "1", "2", "5")),
         "assigned_to": _pick(rng, users) if users and rng.random() < 0.5 else "",
         "category": _pick(rng, ("Hardware", "Software", "Network")),
-        "cost": f"{rng.randint(100, 99999)}.{rng.randint(0, 99):02d}",
+        "cost": f"{_randint(rng, 100, 99999)}.{_randint(rng, 0, 99):02d}",
         "discovery_source": _pick(rng, ("ServiceNow", "SCCM", "Manual Entry")),
     }
     if server:
@@ -221,7 +234,7 @@ def sla_values(rng: random.Random, task: str, start: datetime) -> dict[str, str]
         "active": "true" if stage in ("in_progress", "paused") else "false",
         "start_time": stamp(start),
         "planned_end_time": stamp(planned),
-        "end_time": stamp(planned - timedelta(minutes=rng.randint(1, 50)))
+        "end_time": stamp(planned - timedelta(minutes=_randint(rng, 1, 50)))
         if stage == "completed"
         else "",
         "business_percentage": f"{rng.uniform(0, 130):.2f}",
@@ -237,11 +250,32 @@ def _spread(rng: random.Random, now: datetime, days: float = 30.0) -> tuple[date
     return created, updated
 
 
+def _spreads(rng: random.Random, now: datetime, rows: int) -> list[tuple[datetime, datetime]]:
+    """``rows`` created/updated pairs, oldest update first.
+
+    Rows stored in update order make the first keyset read's index sort (by ``sys_updated_on``)
+    nearly linear: at a million rows that is seconds saved on the first page.
+    """
+    return sorted((_spread(rng, now) for _ in range(rows)), key=lambda pair: pair[1])
+
+
 def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) -> None:
     """Create ``rows`` rows per table (plus users to reference), stamped over the last 30 days."""
     unknown = [t for t in tables if t not in SEEDABLE]
     if unknown:
         raise ValueError(f"cannot seed {unknown}; seedable tables: {', '.join(SEEDABLE)}")
+    # Seeding allocates millions of dicts and no cycles: the collector's full passes over an
+    # ever larger heap would cost more than the writes themselves.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _seed(emu, tables, rows, rng)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) -> None:
     now = emu.clock.now()
     users = [u["sys_id"] for u in emu.rows("sys_user")]
     wanted_users = max(20, rows // 50) if "sys_user" not in tables else rows
@@ -257,8 +291,7 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
             values["purchase_date"] = (created - timedelta(days=90)).date().isoformat()
             cis.append(_write(emu, table, values, created, updated, rng=rng))
     if "incident" in tables:
-        for _ in range(rows):
-            created, updated = _spread(rng, now)
+        for created, updated in _spreads(rng, now, rows):
             _write(
                 emu,
                 "incident",
@@ -268,8 +301,7 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
                 rng=rng,
             )
     if "change_request" in tables:
-        for _ in range(rows):
-            created, updated = _spread(rng, now)
+        for created, updated in _spreads(rng, now, rows):
             _write(
                 emu,
                 "change_request",
@@ -297,8 +329,7 @@ def _write(
     *,
     rng: random.Random,
 ) -> str:
-    values = dict(values)
-    mod_count = 0 if updated == created else rng.randint(1, 8)
+    mod_count = 0 if updated == created else _randint(rng, 1, 8)
     values.update(sys_updated_on=stamp(updated), sys_mod_count=str(mod_count))
     by = "admin" if rng.random() < 0.3 else "system"
     row = emu.insert(table, values, at=created, visible_at=updated, by=by)
@@ -333,7 +364,7 @@ def update_values(
     if table.startswith("cmdb_ci"):
         return {
             "operational_status": _pick(rng, ("1", "1", "2", "5")),
-            "ip_address": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+            "ip_address": _ip_address(rng),
             "last_discovered": stamp(now),
         }
     return {}
@@ -358,7 +389,7 @@ def one_change(
         elif table == "change_request":
             emu.insert(table, change_values(rng, users, cis, now), at=at)
         elif table == "cmdb_ci":
-            concrete, values = ci_values(rng, users, rng.randint(10000, 99999))
+            concrete, values = ci_values(rng, users, _randint(rng, 10000, 99999))
             emu.insert(concrete, values, at=at)
         return
     current = emu.get(table, sys_id)
@@ -390,5 +421,5 @@ async def run_activity(
         if rng.random() < tick / 20:
             at = emu.clock.now()
             table = _pick(rng, tables)
-            for _ in range(rng.randint(20, 200)):
+            for _ in range(_randint(rng, 20, 200)):
                 one_change(emu, table, rng, users, cis, at=at)

@@ -21,7 +21,13 @@ from yarl import URL
 
 from snowsource.emulator.auth import User
 from snowsource.emulator.emulator import Emulator
-from snowsource.emulator.encoded_query import FieldType, QueryError, parse_encoded_query
+from snowsource.emulator.encoded_query import (
+    FieldType,
+    ParsedQuery,
+    QueryError,
+    parse_encoded_query,
+)
+from snowsource.emulator.keyset import indexed_page, key_range
 from snowsource.emulator.render import DisplayMode, Renderer, columns_for
 from snowsource.emulator.schema import TableDef
 
@@ -233,6 +239,31 @@ def _link_header(
     return ",".join(parts)
 
 
+def _evaluated_page(
+    ctx: _Context, parsed: ParsedQuery, offset: int, limit: int, query_text: str, *, dotted: bool
+) -> tuple[list[Row], int]:
+    """The page and the match count by the full evaluator: read, filter, sort, slice."""
+    rows = ctx.rows()
+    shorthand = None if query_text.strip() else _shorthand(ctx)
+    if shorthand is not None:
+        rows = [r for r in rows if shorthand(r)]
+    matches_row = parsed.matches
+    if dotted:
+        wrapped = [w for w in (_DotRow(r, ctx.resolve_dotted) for r in rows) if matches_row(w)]
+        matches: list[Row] = [w.base for w in parsed.sort(wrapped)]
+        ordered = matches
+    else:
+        matches = [r for r in rows if matches_row(r)]
+        ordered = parsed.sort(matches) if parsed.order_by else matches
+    total = len(matches)
+    if not parsed.order_by:
+        # No ORDERBY: the order is unspecified on a real instance; shuffle so tests catch any
+        # reliance on "natural" order. Sampling only what the page needs keeps this cheap.
+        rng = random.Random(ctx.emu.next_request_seed())
+        ordered = rng.sample(matches, min(total, offset + limit))
+    return ordered[offset : offset + limit], total
+
+
 def _lookup_table(request: web.Request) -> tuple[str, TableDef] | web.Response:
     emu = request.app[EMULATOR]
     table = request.match_info["table"]
@@ -279,25 +310,25 @@ async def list_records(request: web.Request) -> web.Response:
     except QueryError as exc:
         return error_response(400, "Invalid query", str(exc))
 
-    rows = ctx.rows()
-    shorthand = None if query_text.strip() else _shorthand(ctx)
-    if shorthand is not None:
-        rows = [r for r in rows if shorthand(r)]
-    matches_row = parsed.matches
-    if dotted:
-        wrapped = [w for w in (_DotRow(r, ctx.resolve_dotted) for r in rows) if matches_row(w)]
-        matches: list[Row] = [w.base for w in parsed.sort(wrapped)]
-        ordered = matches
+    need_total = not (
+        _flag(params, "sysparm_no_count") and _flag(params, "sysparm_suppress_pagination_header")
+    )
+    keys = None if dotted or table in emu.views else key_range(parsed, "sys_id")
+    if keys is not None:
+        page, total = indexed_page(
+            emu,
+            table,
+            parsed,
+            keys,
+            at=ctx.at,
+            user=ctx.user,
+            all_domains=ctx.all_domains,
+            offset=offset,
+            limit=limit,
+            need_total=need_total,
+        )
     else:
-        matches = [r for r in rows if matches_row(r)]
-        ordered = parsed.sort(matches) if parsed.order_by else matches
-    total = len(matches)
-    if not parsed.order_by:
-        # No ORDERBY: the order is unspecified on a real instance; shuffle so tests catch any
-        # reliance on "natural" order. Sampling only what the page needs keeps this cheap.
-        rng = random.Random(emu.next_request_seed())
-        ordered = rng.sample(matches, min(total, offset + limit))
-    page = ordered[offset : offset + limit]
+        page, total = _evaluated_page(ctx, parsed, offset, limit, query_text, dotted=bool(dotted))
 
     if emu.max_page_cost is not None:
         width = len(ctx.requested) if ctx.requested else 1
@@ -313,7 +344,7 @@ async def list_records(request: web.Request) -> web.Response:
     if hidden_row is not None:
         page = [r for r in page if not hidden_row(r)]
 
-    result = [ctx.renderer.row(r, ctx.columns) for r in page]
+    result = ctx.renderer.rows(page, ctx.columns)
     if not result and request.match_info.get("version") == "v1" and emu.v1_empty_list_404:
         return not_found()
     headers: dict[str, str] = {}

@@ -22,17 +22,15 @@ Life of a poller, top to bottom in this module:
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
 
 import structlog
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import is_fatal_produce_error
+from snowsource.adapters.sink import PageAck
 from snowsource.core.clock import InstanceClock
 from snowsource.core.cursor import (
     Position,
@@ -57,6 +55,7 @@ from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
+from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
@@ -151,11 +150,7 @@ class Poller:
             timestamp_field=spec.timestamp_field,
             id_field=spec.id_field,
         )
-        # The partition is the one place that says which instance and table a record is from.
-        self._headers_base = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-        ]
+        self._delivery = PageDelivery(spec, sink, stop)
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
@@ -164,8 +159,6 @@ class Poller:
         # Per-generation state, set by _begin.
         self._committer: Committer | None = None
         self._dedup = DedupCache(spec.dedup_max_entries)
-        self._produce_error: BaseException | None = None
-        self._inflight: list[asyncio.Future[Any]] = []
         self._cursor = Position(spec.start_timestamp, "")
         self._late_floor = self._cursor
         self._last_submitted: SourceOffset | None = None
@@ -254,8 +247,6 @@ class Poller:
                     await self._drain(committer, committing)
         except BaseExceptionGroup as failed:
             raise _first(failed) from None
-        if self._produce_error is not None:
-            raise _ProduceFailedError(repr(self._produce_error))
 
     def _begin(self, committed: SourceOffset | None) -> Position:
         """Fresh per-generation state, exactly like a process restart; where reading starts."""
@@ -268,9 +259,8 @@ class Poller:
         self._late_floor = self._cursor
         self._dedup = DedupCache(spec.dedup_max_entries)
         self._committer = Committer(self._writer, spec.partition, self._stop, self._committed)
-        self._produce_error = None
         self._last_submitted = None
-        self._inflight = []
+        self._delivery.forget()
         self._ending = False
         self._commit_failure = None
         status.committed = committed
@@ -308,11 +298,11 @@ class Poller:
         """Wait for the outstanding acks and the final offset write, within the stop deadline."""
         self._ending = True
         if not committing.done():  # else the committer failed and the group reports why
-            await self._stop.finish(*self._inflight)
+            await self._stop.finish(*self._delivery.in_flight)
             committer.close()
             if not await self._stop.finish(committing):
                 committing.cancel()
-        unacked = sum(1 for f in self._inflight if not f.done())
+        unacked = self._delivery.unacknowledged
         failed = self._commit_failure or (
             committing.done() and not committing.cancelled() and committing.exception()
         )
@@ -399,8 +389,11 @@ class Poller:
                 full = len(rows) >= limit
                 last = positions[-1]
                 if full and not self._stop.is_set():
-                    fetch = self._prefetch(last, hi)
+                    fetch = self._prefetch(Position(*last), hi)
                 phase = "backfill" if full else "stream"
+                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
+                # rows older than that need no dedup entry: a long backfill stays small.
+                keep_from = min(last[0], rewound_floor)
                 plan = plan_page(
                     spec,
                     self._shaper,
@@ -410,12 +403,12 @@ class Poller:
                     cursor=self._cursor,
                     late_floor=self._late_floor,
                     dedup=self._dedup,
+                    keep_from=keep_from,
                 )
                 await self._produce(plan, result)
-                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
-                # older entries can never suppress anything: a long backfill stays small.
-                self._dedup.evict_older_than(min(last.ts, rewound_floor))
-                result.last_read = previous = after = last
+                self._dedup.evict_older_than(keep_from)
+                assert plan.last is not None
+                result.last_read = previous = after = plan.last
                 previous_full = full
                 if not full:
                     result.caught_up = True
@@ -442,40 +435,32 @@ class Poller:
         return fetch.result()
 
     async def _produce(self, plan: PagePlan, result: _SweepResult) -> None:
-        """Send a page's records, then wait for their acks (one unacknowledged page at most)."""
+        """Deliver a page, then commit its acknowledged prefix with one offset write.
+
+        The page is acknowledged before the next one is sent: at most one page of records per
+        table is unacknowledged, and the offset is queued as soon as the acks allow it.
+        """
         spec, committer = self.spec, self._committer
         assert committer is not None
-        futures: list[asyncio.Future[Any]] = []
-        self._inflight = futures
         caps_before = self._dedup.evictions_by_cap
-        for emit in plan.emits:
-            pos = emit.position
-            ticket = committer.submit(emit.offset)
-            self._last_submitted = emit.offset
-            headers = [
-                *self._headers_base,
-                ("snow.timestamp", pos.ts.encode()),
-                ("snow.phase", emit.offset.phase.encode()),
-            ]
-            try:
-                future = await self._sink.send(spec.topic, pos.id.encode(), emit.value, headers)
-            except KafkaSinkError as exc:
-                raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc}") from exc
-            except KafkaError as exc:
-                if is_fatal_produce_error(exc):
-                    raise KafkaSinkError(f"{spec.describe}: row {pos.id}: {exc!r}") from exc
-                self._produce_error = exc
-                break
-            future.add_done_callback(functools.partial(self._on_ack, committer, ticket))
-            futures.append(future)
+        ack: PageAck | None = None
+        if plan.emits:
+            ack = await self._delivery.deliver_page(plan)
+            if ack is None:
+                # Stopping and the deadline passed with records unacknowledged: the drain
+                # reports it.
+                raise StoppedError("stop requested while records were unacknowledged")
         assert plan.cursor is not None
         self._cursor = plan.cursor
         self.status.cursor = plan.cursor
         self._count_evictions(self._dedup.evictions_by_cap - caps_before)
-        if not await self._stop.finish(*futures):
-            # Stopping and the deadline passed with records unacknowledged: the drain reports it.
-            raise StoppedError("stop requested while records were unacknowledged")
-        emitted = len(futures)
+        emitted = ack.acked if ack is not None else 0
+        if emitted:
+            # Only the contiguous acknowledged prefix: an unacknowledged record holds back
+            # every later offset of the table.
+            offset = plan.emits[emitted - 1].offset
+            self._last_submitted = offset
+            committer.commit_now(offset)
         result.emitted += emitted
         result.suppressed += plan.suppressed
         result.late += plan.late
@@ -487,22 +472,14 @@ class Poller:
             metrics.ROWS_SUPPRESSED.labels(table=spec.alias).inc(plan.suppressed)
         if plan.late:
             metrics.ROWS_LATE.labels(table=spec.alias).inc(plan.late)
-        failure = self._produce_error
-        if failure is not None:
-            if is_fatal_produce_error(failure):
-                raise KafkaSinkError(f"{spec.describe}: Kafka refused a record: {failure!r}")
-            raise _ProduceFailedError(repr(failure))
-
-    def _on_ack(self, committer: Committer, ticket: int, future: asyncio.Future[Any]) -> None:
-        if committer is not self._committer:
-            return  # an ack from before an internal restart: that generation is gone
-        if future.cancelled():
-            self._produce_error = self._produce_error or RuntimeError("produce cancelled")
-        elif (exc := future.exception()) is not None:
-            metrics.PRODUCE_ERRORS.labels(table=self.spec.alias).inc()
-            self._produce_error = self._produce_error or exc
-        else:
-            committer.ack(ticket)
+        if ack is not None and (failure := ack.failure) is not None:
+            metrics.PRODUCE_ERRORS.labels(table=spec.alias).inc(ack.records - ack.acked)
+            row = plan.emits[failure.index].id
+            if failure.fatal:
+                raise KafkaSinkError(
+                    f"{spec.describe}: row {row}: Kafka refused the record: {failure.error}"
+                )
+            raise _ProduceFailedError(f"row {row}: {failure.error!r}")
 
     def _mark_stream(self) -> None:
         """Caught up: make the committed offset say ``stream`` through the ordered commit path."""

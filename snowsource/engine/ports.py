@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from snowsource.adapters.servicenow import Page
+from snowsource.adapters.sink import Headers, PageAck, PageRecord
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 
 
@@ -24,11 +25,11 @@ class PageSource(Protocol):
 
 
 class Sink(Protocol):
-    """Hands records to Kafka; the future resolves on the broker's acknowledgement."""
+    """Hands pages of records to Kafka; the future resolves to the page's acknowledged prefix."""
 
-    async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]: ...
+    async def send_page(
+        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+    ) -> asyncio.Future[PageAck]: ...
 
 
 class OffsetsStore(Protocol):

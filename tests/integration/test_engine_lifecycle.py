@@ -12,7 +12,7 @@ import pytest
 from aiohttp import ClientSession
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from snowsource.adapters.sink import RecordSink
+from snowsource.adapters.sink import Headers, PageAck, PageRecord, RecordSink
 from snowsource.cli.run import compose
 from snowsource.core.errors import SnowsourceError
 from snowsource.engine import supervisor
@@ -35,15 +35,15 @@ class CountingSink(RecordSink):
     outstanding: dict[str, int]
     most: dict[str, int]
 
-    async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]:
-        future = await super().send(topic, key, value, headers)
+    async def send_page(
+        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+    ) -> asyncio.Future[PageAck]:
         counts = self.__dict__.setdefault("outstanding", {})
         most = self.__dict__.setdefault("most", {})
-        counts[topic] = counts.get(topic, 0) + 1
+        counts[topic] = counts.get(topic, 0) + len(records)
         most[topic] = max(most.get(topic, 0), counts[topic])
-        future.add_done_callback(lambda _: counts.__setitem__(topic, counts[topic] - 1))
+        future = await super().send_page(topic, records, headers=headers)
+        future.add_done_callback(lambda _: counts.__setitem__(topic, counts[topic] - len(records)))
         return future
 
 
@@ -52,20 +52,20 @@ class SlowAckSink(RecordSink):
 
     delay = 1.0
 
-    async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]:
-        acked = await super().send(topic, key, value, headers)
+    async def send_page(
+        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+    ) -> asyncio.Future[PageAck]:
+        acked = await super().send_page(topic, records, headers=headers)
         loop = asyncio.get_running_loop()
-        late: asyncio.Future[Any] = loop.create_future()
+        late: asyncio.Future[PageAck] = loop.create_future()
 
-        def relay(done: asyncio.Future[Any]) -> None:
+        def relay(done: asyncio.Future[PageAck]) -> None:
             if late.done():
                 return
             if done.cancelled():
                 late.cancel()
-            elif done.exception() is not None:
-                late.set_exception(done.exception())  # type: ignore[arg-type]
+            elif (error := done.exception()) is not None:
+                late.set_exception(error)
             else:
                 late.set_result(done.result())
 

@@ -1,0 +1,5 @@
+"""``python -m bench``: see :mod:`bench.suite`."""
+
+from bench.suite import main
+
+main()

@@ -1,0 +1,198 @@
+"""(c) The daemon: ``snowsource run`` as a subprocess on a generated config, measured from outside.
+
+The run starts at the daemon's first Table API request (the emulator's control endpoint counts
+them) and ends when the output topics hold every row. CPU is the daemon process's own
+(``/proc/<pid>/stat``), RSS is sampled every second and the peak taken from ``VmHWM``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.procstat import cpu_seconds, memory_mib
+
+
+@dataclasses.dataclass
+class DaemonRun:
+    """What one daemon run measured."""
+
+    rows: int
+    wall: float  # first request -> every row in Kafka
+    cpu: float  # daemon CPU seconds over ``wall``
+    startup_wall: float  # process start -> first request
+    startup_cpu: float
+    peak_rss_mib: float
+    rss_samples: list[tuple[float, float]]
+    emulator_cpu: float  # emulator CPU seconds over ``wall``
+
+
+def config(
+    emulator_url: str, bootstrap: str, tables: list[str], name: str, batch: int
+) -> dict[str, Any]:
+    """A default configuration, apart from what a benchmark must pin."""
+    return {
+        "name": name,
+        "snow": {
+            "url": emulator_url,
+            "auth": {"type": "basic", "username": "admin", "password": "admin"},
+            "tables": {t: {"name": t, "topic": f"{name}.{t}"} for t in tables},
+        },
+        "batch.size": batch,
+        "kafka": {"bootstrap.servers": bootstrap},
+        "offset.storage.topic": f"{name}-offsets",
+        "rest": {"enabled": False},
+        "log": {"format": "json", "level": "WARNING"},
+    }
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("snowsource")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "snowsource"]
+
+
+async def _stats(session: aiohttp.ClientSession, control: str) -> dict[str, float]:
+    async with session.get(f"{control}/stats") as resp:
+        result: dict[str, float] = await resp.json()
+        return result
+
+
+async def _rows_in_kafka(consumer: AIOKafkaConsumer, topics: list[str]) -> int:
+    partitions = []
+    for topic in topics:
+        found = consumer.partitions_for_topic(topic)
+        if not found:
+            return 0
+        partitions += [TopicPartition(topic, p) for p in found]
+    ends = await consumer.end_offsets(partitions)
+    return sum(ends.values())
+
+
+async def run_daemon(
+    *,
+    emulator_url: str,
+    control: str,
+    bootstrap: str,
+    tables: list[str],
+    expected_rows: int,
+    workdir: Path,
+    batch: int = 1000,
+    within: float = 3600.0,
+) -> DaemonRun:
+    """Run the daemon until ``expected_rows`` records are in its topics; then stop it."""
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    topics = [f"{name}.{t}" for t in tables]
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config(emulator_url, bootstrap, tables, name, batch)))
+    log_path = workdir / f"{name}.log"
+    async with aiohttp.ClientSession() as session:
+        before = await _stats(session, control)
+        with log_path.open("wb") as log:
+            started = time.perf_counter()
+            process = subprocess.Popen(  # noqa: ASYNC220  the daemon runs while we poll
+                [*_command(), "run", "--config", str(path)], stdout=log, stderr=log
+            )
+        try:
+            return await _measure(
+                session,
+                control,
+                process,
+                bootstrap=bootstrap,
+                topics=topics,
+                expected_rows=expected_rows,
+                before=before,
+                started=started,
+                within=within,
+                log_path=log_path,
+            )
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.to_thread(process.wait, 60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+async def _measure(
+    session: aiohttp.ClientSession,
+    control: str,
+    process: subprocess.Popen[bytes],
+    *,
+    bootstrap: str,
+    topics: list[str],
+    expected_rows: int,
+    before: dict[str, float],
+    started: float,
+    within: float,
+    log_path: Path,
+) -> DaemonRun:
+    pid = process.pid
+    deadline = started + within
+
+    def check_alive() -> None:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the daemon exited with {process.returncode}:\n{tail}")
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"the daemon did not finish within {within} s")
+
+    # Start-up: until the emulator sees the daemon's first Table API request.
+    while True:
+        check_alive()
+        stats = await _stats(session, control)
+        if stats["requests"] > before["requests"]:
+            break
+        await asyncio.sleep(0.005)
+    first_request = time.perf_counter()
+    startup_cpu = cpu_seconds(pid)
+    emulator_cpu = stats["cpu"]
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    samples: list[tuple[float, float]] = []
+    next_sample = first_request
+    try:
+        consumer.subscribe(topics)  # only so that metadata for these topics is fetched
+        while True:
+            check_alive()
+            now = time.perf_counter()
+            if now >= next_sample:
+                samples.append((now - first_request, memory_mib(pid)[0]))
+                next_sample += 1.0
+            with contextlib.suppress(Exception):
+                await consumer._client.force_metadata_update()
+            if await _rows_in_kafka(consumer, topics) >= expected_rows:
+                break
+            await asyncio.sleep(0.1)
+        done = time.perf_counter()
+        cpu = cpu_seconds(pid) - startup_cpu
+        _, peak = memory_mib(pid)
+        emulator_cpu = (await _stats(session, control))["cpu"] - emulator_cpu
+    finally:
+        await consumer.stop()
+    return DaemonRun(
+        rows=expected_rows,
+        wall=done - first_request,
+        cpu=cpu,
+        startup_wall=first_request - started,
+        startup_cpu=startup_cpu,
+        peak_rss_mib=peak,
+        rss_samples=samples,
+        emulator_cpu=emulator_cpu,
+    )

@@ -1,0 +1,87 @@
+"""(a) A bare aiohttp pager: the least work any reader of the same pages must do.
+
+    python -m bench.pager URL TABLE [TABLE ...] [--batch 1000] [--concurrency 8]
+
+Reads every table with the daemon's own keyset queries and parameters (one sequential pager
+per table, all tables at once, at most ``--concurrency`` requests in flight like
+``max.concurrent.requests``), decodes each page with orjson and keeps nothing. Prints one JSON
+line: rows, wall seconds and this process's CPU seconds, from the first request to the last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import aiohttp
+import orjson
+
+from snowsource.core.cursor import Position, format_ts, page_query
+
+START = "1970-01-01 00:00:00"
+
+
+def page_params(query: str, batch: int) -> dict[str, str]:
+    """The parameters the daemon sends with a page request (string records, default config)."""
+    return {
+        "sysparm_query": query,
+        "sysparm_limit": str(batch),
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+
+
+async def read_table(
+    session: aiohttp.ClientSession,
+    url: str,
+    table: str,
+    *,
+    batch: int,
+    gate: asyncio.Semaphore,
+    hi: str,
+) -> int:
+    """Read ``table`` to ``hi`` page by page; the number of rows read."""
+    position = Position(START, "")
+    rows = 0
+    while True:
+        params = page_params(page_query("", "sys_updated_on", "sys_id", position, hi), batch)
+        async with gate, session.get(f"{url}/api/now/table/{table}", params=params) as resp:
+            resp.raise_for_status()
+            page = orjson.loads(await resp.read())["result"]
+        rows += len(page)
+        if len(page) < batch:
+            return rows
+        last = page[-1]
+        position = Position(last["sys_updated_on"], last["sys_id"])
+
+
+async def run(url: str, tables: list[str], batch: int, concurrency: int) -> dict[str, float]:
+    gate = asyncio.Semaphore(concurrency)
+    hi = format_ts(datetime.now(UTC))
+    auth = aiohttp.BasicAuth("admin", "admin")
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(auth=auth, connector=connector) as session:
+        wall, cpu = time.perf_counter(), time.process_time()
+        readers = (read_table(session, url, t, batch=batch, gate=gate, hi=hi) for t in tables)
+        counts = await asyncio.gather(*readers)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"rows": sum(counts), "wall": wall, "cpu": cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("url")
+    parser.add_argument("tables", nargs="+")
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    result = asyncio.run(run(args.url, args.tables, args.batch, args.concurrency))
+    print(orjson.dumps(result).decode(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
