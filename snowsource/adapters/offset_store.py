@@ -9,6 +9,7 @@ and writes with ``acks=all`` through the default murmur2 partitioner, like a Con
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,6 +101,9 @@ class OffsetStore(AsyncResource):
         self._replication_factor = replication_factor
         self._create = create
         self._data: dict[bytes, bytes] = {}
+        # When each live value was written (its record's Kafka timestamp, in ms): the dedup
+        # rebuild tells a crash's leftovers from a rewound range by it.
+        self._written_ms: dict[bytes, int] = {}
         self._warned: set[bytes] = set()  # unparseable keys already reported
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
@@ -160,6 +164,7 @@ class OffsetStore(AsyncResource):
             isolation_level="read_committed",
         )
         data: dict[bytes, bytes] = {}
+        written: dict[bytes, int] = {}
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -177,10 +182,12 @@ class OffsetStore(AsyncResource):
                             data.pop(record.key, None)
                         else:
                             data[record.key] = record.value
+                            written[record.key] = record.timestamp
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
         self._data = data
+        self._written_ms = written
         for key in data:
             if key not in self._warned and parse_key(key) is None:
                 # Connect ignores such records too; they may belong to another tool.
@@ -205,6 +212,11 @@ class OffsetStore(AsyncResource):
         """The stored value under the canonical key, if any."""
         return self._data.get(encode_key(self.connector, partition))
 
+    def written_at(self, partition: SourcePartition) -> int | None:
+        """When the canonical key's live value was written (Kafka timestamp, ms), if stored."""
+        key = encode_key(self.connector, partition)
+        return self._written_ms.get(key) if key in self._data else None
+
     def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None:
         """A record for ``partition`` stored under non-canonical key bytes (key order, escaping)."""
         canonical = encode_key(self.connector, partition)
@@ -224,11 +236,13 @@ class OffsetStore(AsyncResource):
         """Write exact key bytes (used to tombstone a foreign spelling)."""
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
-        await self._producer.send_and_wait(self.topic, value, key=key)
+        metadata = await self._producer.send_and_wait(self.topic, value, key=key)
         if value is None:
             self._data.pop(key, None)
         else:
             self._data[key] = value
+            stamp = metadata.timestamp
+            self._written_ms[key] = stamp if stamp >= 0 else int(time.time() * 1000)
 
     @property
     def num_partitions(self) -> int:

@@ -41,6 +41,7 @@ class EmittedRecord:
     id: str
     ts: str
     digest: bytes
+    produced_ms: int = 0  # the record's Kafka timestamp: when it was produced
 
 
 @dataclass
@@ -214,6 +215,7 @@ async def _read_range(
                         id=record.key.decode("utf-8", "replace"),
                         ts=ts,
                         digest=digest(value) if value is not None else b"",
+                        produced_ms=record.timestamp,
                     )
                 )
     return chunk, older_seen, count

@@ -227,6 +227,7 @@ class Poller:
             self._tail,
             committed,
             self._dedup,
+            written_ms=self._store.written_at(self.spec.partition),
             stop=self._stop.event,
             retry=self._retry,
             required=False,

@@ -60,6 +60,11 @@ class OutputTail(Protocol):
     ) -> TailResult: ...
 
 
+#: An offset written within this long after its own row's record was produced was written by
+#: the daemon that produced it (the commit follows the ack), not by an operator later.
+OWN_COMMIT_WITHIN_MS = 30_000
+
+
 def scan_cap(max_entries: int) -> int:
     """How many records a rebuild may read for a cache of ``max_entries``."""
     return max(SCAN_PER_ENTRY * max_entries, MIN_SCAN)
@@ -154,12 +159,20 @@ async def rebuild_dedup(
     committed: SourceOffset | None,
     cache: DedupCache,
     *,
+    written_ms: int | None,
     stop: asyncio.Event,
     retry: RetryPolicy,
     required: bool,
     log: structlog.typing.FilteringBoundLogger,
 ) -> None:
     """Fill ``cache`` with what the table already emitted inside its re-read window.
+
+    Records up to the committed cursor are always remembered. Records *after* it are in the
+    topic for one of two reasons, and only the first may suppress anything: a crash between
+    their acknowledgement and the next offset write, or an operator who moved the offset back
+    (``offsets rewind/set``, PATCH) to have that range emitted again. They are told apart by
+    ``written_ms``, when the committed offset was written: records produced after it, or an
+    offset written right after its own row's record (the daemon's commit), mean a crash.
 
     Without a committed offset there is nothing to rebuild: the table starts from
     ``start.timestamp`` and has never written (a replay allowed with ``--allow-full-replay``
@@ -213,15 +226,22 @@ async def rebuild_dedup(
             error=repr(exc),
         )
         return
+    beyond = _beyond_cursor_is_emitted(result, cursor, written_ms)
     before = cache.evictions_by_cap
+    skipped = 0
     for record in result.records:
-        cache.remember(record.id, record.ts, record.digest)
+        produced_after = written_ms is not None and record.produced_ms >= written_ms
+        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
+            cache.remember(record.id, record.ts, record.digest)
+        else:
+            skipped += 1
     evicted = cache.evictions_by_cap - before
     fields = {
         "topic": spec.topic,
         "since": since,
         "records": len(result.records),
         "ids": len(cache),
+        "rewound": skipped,
         "scanned": result.scanned,
         "complete": result.complete,
         "duration_s": round(time.monotonic() - began, 3),
@@ -238,6 +258,17 @@ async def rebuild_dedup(
         )
     else:
         log.info("dedup cache rebuilt from the output topic", **fields)
+
+
+def _beyond_cursor_is_emitted(result: TailResult, cursor: Position, written_ms: int | None) -> bool:
+    """True when the committed offset was written by the daemon right after producing its own
+    row (so every record after the cursor is a crash's leftover, not a rewound range)."""
+    if written_ms is None or not cursor.id:
+        return False
+    for record in result.records:
+        if record.id == cursor.id and record.ts == cursor.ts:
+            return 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS
+    return False
 
 
 async def _unless_stopped(work: Awaitable[TailResult], stop: asyncio.Event) -> TailResult:

@@ -106,6 +106,7 @@ async def _rebuild(
     *,
     required: bool = False,
     stop: asyncio.Event | None = None,
+    written_ms: int | None = None,
     **spec: Any,
 ) -> None:
     await rebuild_dedup(
@@ -113,6 +114,7 @@ async def _rebuild(
         tail,
         committed,
         cache,
+        written_ms=written_ms,
         stop=stop or asyncio.Event(),
         retry=RetryPolicy(0.001, 0.002),
         required=required,
@@ -164,11 +166,44 @@ async def test_later_records_of_an_id_win_and_a_cap_evicts_the_oldest() -> None:
     assert cache.evictions_by_cap == 3
 
 
+def _record(id_: str, second: int, produced_ms: int) -> EmittedRecord:
+    return EmittedRecord(id_, f"2026-09-29 07:00:{second:02d}", id_.encode() * 16, produced_ms)
+
+
+async def test_a_rewound_range_is_not_remembered_but_a_crashs_leftovers_are() -> None:
+    below = _record("a", 10, 1_000)
+    own = _record("b", 20, 1_000)  # the row the committed offset points at
+    after = _record("c", 25, 1_005)  # same page, acknowledged after the offset write
+    later = _record("d", 26, 45_000)  # produced after the offset was written
+    tail = FakeTail(records=[below, own, after, later])
+    committed = _offset(own.ts, "b")
+
+    def rebuilt() -> set[str]:
+        return {r.id for r in tail.records if cache.contains(r.id)}
+
+    # The daemon's own commit, 4 ms after producing its row: everything is already in Kafka.
+    cache = DedupCache(10)
+    await _rebuild(tail, committed, cache, overlap_seconds=30, written_ms=1_004)
+    assert rebuilt() == {"a", "b", "c", "d"}
+    # The same offset written an hour later (offsets set): the range after it is re-emitted,
+    # except what a daemon produced after that write.
+    cache = DedupCache(10)
+    await _rebuild(tail, committed, cache, overlap_seconds=30, written_ms=3_601_000)
+    assert rebuilt() == {"a", "b"}
+    cache = DedupCache(10)
+    await _rebuild(tail, committed, cache, overlap_seconds=30, written_ms=40_000)
+    assert rebuilt() == {"a", "b", "d"}
+    # A rewind (empty id) points at no row: only what lies below it is remembered.
+    cache = DedupCache(10)
+    await _rebuild(tail, _offset(own.ts), cache, overlap_seconds=30, written_ms=3_601_000)
+    assert rebuilt() == {"a"}
+
+
 async def test_transient_errors_are_retried() -> None:
     tail = FakeTail(errors=[KafkaConnectionError("down"), KafkaConnectionError("down")])
     tail.records.append(EmittedRecord("x", "2026-09-29 07:00:30", b"1" * 16))
     cache = DedupCache(10)
-    await _rebuild(tail, _offset("2026-09-29 07:00:30"), cache)
+    await _rebuild(tail, _offset("2026-09-29 07:00:31"), cache)
     assert len(tail.calls) == 3
     assert cache.contains("x")
 
@@ -249,19 +284,15 @@ async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     assert tail.calls == []  # the first start had no committed offset
     assert len(sink.sent) == 20
 
-    # One retriable produce failure: the generation ends and the next one starts afresh.
-    send = sink.send
-    failures = [KafkaConnectionError("broker gone")]
-
-    async def flaky(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        if failures:
-            raise failures.pop()
-        return await send(*args, **kwargs)
-
-    sink.send = flaky  # type: ignore[method-assign]
+    # A retriable produce failure: the generation ends and the next one starts afresh.
+    pages = sink.pages
+    sink.refuse = KafkaConnectionError("broker gone")
     new = emu.insert("incident", {"short_description": "after"})
-    await _until(lambda: len(tail.calls) == 1 and status.caught_up)
+    await _until(lambda: sink.pages > pages)
+    sink.refuse = None
     await _until(lambda: any(r.key == new["sys_id"].encode() for r in sink.sent))
+    await _until(lambda: status.caught_up)
+    assert tail.calls, "the restarted generation did not rebuild its cache"
     stop.request(Deadline.after(5))
     await asyncio.wait_for(task, 7)
     assert status.state == TableState.STOPPED
