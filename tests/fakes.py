@@ -179,3 +179,6 @@ class FakeStore:
     def written_at(self, partition: SourcePartition) -> int | None:
         # Every value counts as written now: nothing in a fake topic predates it.
         return int(time.time() * 1000) if self.get(partition) is not None else None
+
+    def moved_back(self, partition: SourcePartition) -> bool:
+        return False

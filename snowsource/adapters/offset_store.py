@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -81,6 +82,17 @@ async def _describe_when_visible(admin: Any, topic: str) -> dict[str, str]:
     raise AssertionError("unreachable: retrying ends by returning or raising")
 
 
+def _cursor_of(value: bytes) -> tuple[str, str] | None:
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    ts, sys_id = parsed.get("timestamp"), parsed.get("sys_id")
+    return (ts, sys_id) if isinstance(ts, str) and isinstance(sys_id, str) else None
+
+
 class OffsetStore(AsyncResource):
     """Read and write one connector's source offsets in a Connect-compatible offsets topic."""
 
@@ -104,6 +116,11 @@ class OffsetStore(AsyncResource):
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
+        # Per key: the highest cursor ever stored, and whether the live value lies below it.
+        # The daemon's cursor never moves back, so a live value below an earlier one was put
+        # there by an operator (rewind, set, PATCH, import) to have that range emitted again.
+        self._peak: dict[bytes, tuple[str, str]] = {}
+        self._moved_back: dict[bytes, bool] = {}
         self._warned: set[bytes] = set()  # unparseable keys already reported
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
@@ -183,6 +200,7 @@ class OffsetStore(AsyncResource):
                         else:
                             data[record.key] = record.value
                             written[record.key] = record.timestamp
+                            self._track(record.key, record.value)
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
@@ -217,6 +235,18 @@ class OffsetStore(AsyncResource):
         key = encode_key(self.connector, partition)
         return self._written_ms.get(key) if key in self._data else None
 
+    def moved_back(self, partition: SourcePartition) -> bool:
+        """True when the live offset lies below a cursor stored earlier under the same key."""
+        return self._moved_back.get(encode_key(self.connector, partition), False)
+
+    def _track(self, key: bytes, value: bytes) -> None:
+        cursor = _cursor_of(value)
+        if cursor is None:
+            return
+        peak = self._peak.get(key)
+        self._moved_back[key] = peak is not None and cursor < peak
+        self._peak[key] = cursor if peak is None else max(peak, cursor)
+
     def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None:
         """A record for ``partition`` stored under non-canonical key bytes (key order, escaping)."""
         canonical = encode_key(self.connector, partition)
@@ -241,6 +271,7 @@ class OffsetStore(AsyncResource):
             self._data.pop(key, None)
         else:
             self._data[key] = value
+            self._track(key, value)
             stamp = metadata.timestamp
             self._written_ms[key] = stamp if stamp >= 0 else int(time.time() * 1000)
 

@@ -228,6 +228,7 @@ class Poller:
             committed,
             self._dedup,
             written_ms=self._store.written_at(self.spec.partition),
+            moved_back=self._store.moved_back(self.spec.partition),
             stop=self._stop.event,
             retry=self._retry,
             required=False,

@@ -160,6 +160,7 @@ async def rebuild_dedup(
     cache: DedupCache,
     *,
     written_ms: int | None,
+    moved_back: bool = False,
     stop: asyncio.Event,
     retry: RetryPolicy,
     required: bool,
@@ -171,8 +172,10 @@ async def rebuild_dedup(
     topic for one of two reasons, and only the first may suppress anything: a crash between
     their acknowledgement and the next offset write, or an operator who moved the offset back
     (``offsets rewind/set``, PATCH) to have that range emitted again. They are told apart by
-    ``written_ms``, when the committed offset was written: records produced after it, or an
-    offset written right after its own row's record (the daemon's commit), mean a crash.
+    ``written_ms``, when the committed offset was written, and ``moved_back``, whether it lies
+    below a cursor stored earlier (the daemon's cursor never moves back): records produced
+    after it, or an offset written right after its own row's record (the daemon's commit) that
+    did not move back, mean a crash.
 
     Without a committed offset there is nothing to rebuild: the table starts from
     ``start.timestamp`` and has never written (a replay allowed with ``--allow-full-replay``
@@ -226,7 +229,7 @@ async def rebuild_dedup(
             error=repr(exc),
         )
         return
-    beyond = _beyond_cursor_is_emitted(result, cursor, written_ms)
+    beyond = not moved_back and _beyond_cursor_is_emitted(result, cursor, written_ms)
     before = cache.evictions_by_cap
     skipped = 0
     for record in result.records:

@@ -19,9 +19,10 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value
+from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.offset_store import OffsetStore
+from snowsource.core.offsets_codec import SourceOffset, encode_value
 from snowsource.emulator.journal import Request
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
@@ -243,14 +244,19 @@ async def test_records_acknowledged_after_the_last_offset_write_are_not_produced
         fingerprint=stored["fingerprint"],
     )
     spec = next(s for s in daemon.specs if s.alias == "incident")
-    producer = AIOKafkaProducer(bootstrap_servers=env.bootstrap, acks="all")
-    await producer.start()
-    try:
-        await producer.send_and_wait(
-            env.offsets_topic, encode_value(rewound), key=encode_key(env.name, spec.partition)
-        )
-    finally:
-        await producer.stop()
+    # A fresh offsets topic holding only the older commit: to the daemon this is exactly the
+    # state a crash leaves (the history of its later commits never written).
+    settings = env.settings(
+        {"incident": {"name": "incident"}},
+        **{"overlap.seconds": 3, "offset.storage.topic": f"{env.offsets_topic}-lost"},
+    )
+    async with OffsetStore(
+        KafkaConnection(env.bootstrap),
+        topic=settings.offset_storage_topic,
+        connector=env.name,
+        partitions=1,
+    ) as store:
+        await store.write(spec.partition, encode_value(rewound))
 
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"))

@@ -107,6 +107,7 @@ async def _rebuild(
     required: bool = False,
     stop: asyncio.Event | None = None,
     written_ms: int | None = None,
+    moved_back: bool = False,
     **spec: Any,
 ) -> None:
     await rebuild_dedup(
@@ -115,6 +116,7 @@ async def _rebuild(
         committed,
         cache,
         written_ms=written_ms,
+        moved_back=moved_back,
         stop=stop or asyncio.Event(),
         retry=RetryPolicy(0.001, 0.002),
         required=required,
@@ -192,6 +194,11 @@ async def test_a_rewound_range_is_not_remembered_but_a_crashs_leftovers_are() ->
     assert rebuilt() == {"a", "b"}
     cache = DedupCache(10)
     await _rebuild(tail, committed, cache, overlap_seconds=30, written_ms=40_000)
+    assert rebuilt() == {"a", "b", "d"}
+    # Set back to that row right after the run (PATCH, then resume): the stored cursor moved
+    # back, so the range after it is emitted again however soon.
+    cache = DedupCache(10)
+    await _rebuild(tail, committed, cache, overlap_seconds=30, written_ms=1_010, moved_back=True)
     assert rebuilt() == {"a", "b", "d"}
     # A rewind (empty id) points at no row: only what lies below it is remembered.
     cache = DedupCache(10)
