@@ -8,6 +8,12 @@ and exits 1. The offsets script describes the same group to refuse changes while
 
 Kafka is the only shared medium, so this works from any machine that reaches the cluster; no
 lock files, no extra service.
+
+Joining never holds up the start: after a kill -9 the dead member stays in the group until its
+session expires, and a join waits for that rebalance. The pollers start at once and the join
+completes in the background; a live duplicate is still fenced, once the rebalance is done. The
+group is used for membership only: its assignor hands out no partitions, so the consumer never
+fetches.
 """
 
 from __future__ import annotations
@@ -17,12 +23,19 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import KafkaConnection, admin_client, stop_client
@@ -99,6 +112,38 @@ async def describe_members(conn: KafkaConnection, connector: str) -> list[Member
     return members
 
 
+class NoPartitionsAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Gives every member an empty assignment: the group exists for liveness, not for data."""
+
+    name = "snowsource-membership"
+    version = 0
+
+    @classmethod
+    def assign(
+        cls,
+        cluster: ClusterMetadata,
+        members: Mapping[str, ConsumerProtocolMemberMetadata],
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        del cluster
+        return {
+            member: ConsumerProtocolMemberAssignment(cls.version, [], b"") for member in members
+        }
+
+    @classmethod
+    def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(cls.version, list(topics), b"")
+
+    @classmethod
+    def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+        del assignment
+
+
+# The broker picks, among the protocols every member supports, the one the members prefer. A 0.1
+# process only speaks roundrobin, so during an upgrade beside one the group falls back to it (the
+# listener pauses what it assigns); among this release's processes nothing is ever assigned.
+ASSIGNORS = (NoPartitionsAssignor, RoundRobinPartitionAssignor)
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, owner: GroupMembership) -> None:
         self._owner = owner
@@ -135,10 +180,14 @@ class GroupMembership(AsyncResource):
         self._task: asyncio.Task[None] | None = None
         self._check_now = asyncio.Event()
         self._fenced = False
+        self._joined = False
         self._closed = False
 
     async def start(self) -> None:
-        """Join the group (the join itself makes any older duplicate see us)."""
+        """Connect and ask to join the group; returns before the join completes.
+
+        The join itself (which makes any older duplicate see us) finishes in the background.
+        """
         kwargs = self._conn.client_kwargs()
         kwargs["client_id"] = self.client_id
         consumer = AIOKafkaConsumer(
@@ -148,13 +197,15 @@ class GroupMembership(AsyncResource):
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=1000,
             rebalance_timeout_ms=SESSION_TIMEOUT_MS,
+            partition_assignment_strategy=ASSIGNORS,
         )
-        # We are in the group for liveness only; the subscription gives the group something to
-        # assign, and assigned partitions are paused so nothing is ever fetched.
-        consumer.subscribe([self._topic], listener=_Listener(self))
         # Kept before start(): a start that fails half-way has connections close() must stop.
         self._consumer = consumer
         await consumer.start()
+        # Subscribing after start() is what keeps the join off the start-up path: a consumer
+        # subscribed before start() waits there for its first assignment. A subscription is
+        # still needed for the group protocol; the assignor turns it into nothing to fetch.
+        consumer.subscribe([self._topic], listener=_Listener(self))
         self._task = asyncio.create_task(self._loop(), name="membership")
         self._check_now.set()
 
@@ -179,6 +230,11 @@ class GroupMembership(AsyncResource):
         """Rebalance listener: pause what we were given and look at the group again."""
         if self._consumer is not None and assigned:
             self._consumer.pause(*assigned)
+        if not self._joined:
+            # Logged because the join completes after the pollers started: after a crash only
+            # once the dead process's session expired. Fencing works from here on.
+            self._joined = True
+            log.info("consumer group joined", group=group_id(self.connector))
         self._check_now.set()
 
     async def _loop(self) -> None:
@@ -186,7 +242,8 @@ class GroupMembership(AsyncResource):
         consumer = self._consumer
         while not self._closed:
             try:
-                # getmany drives the group protocol's callbacks; paused partitions return nothing.
+                # Heartbeats run on their own; calling getmany tells the consumer we are alive
+                # (max.poll.interval). With no partition assigned it sends no fetch request.
                 await consumer.getmany(timeout_ms=500)
             except KafkaError as exc:
                 # An outage must not end liveness for good: the consumer rejoins by itself.

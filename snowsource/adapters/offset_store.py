@@ -4,13 +4,18 @@ Records are Kafka Connect's: key ``["<connector>",{partition}]`` in canonical by
 offset JSON, ``null`` to delete. The store reads the whole topic once at start (every partition
 from the beginning up to the end offsets taken then), keeps the last value per exact key bytes,
 and writes with ``acks=all`` through the default murmur2 partitioner, like a Connect worker.
+
+A missing offsets topic is created only when that cannot replay anything silently: on a first
+run, when none of the given output topics holds a record. Otherwise the offsets were lost (the
+topic deleted, the wrong cluster or name) and starting would re-emit every table from its
+``start.timestamp``; the store refuses unless the operator asked for exactly that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -82,6 +87,43 @@ async def _describe_when_visible(admin: Any, topic: str) -> dict[str, str]:
     raise AssertionError("unreachable: retrying ends by returning or raising")
 
 
+class OffsetsTopicMissingError(TopicConfigError):
+    """The offsets topic is gone while output topics hold records: starting would replay."""
+
+
+async def topics_with_records(conn: KafkaConnection, topics: Collection[str]) -> list[str]:
+    """Those of ``topics`` that exist and hold at least one record (sorted)."""
+    wanted = sorted(set(topics))
+    if not wanted:
+        return []
+    async with admin_client(conn) as admin:
+        found = await existing_topics(admin, wanted)
+    if not found:
+        return []
+    consumer = AIOKafkaConsumer(**conn.client_kwargs(), group_id=None, enable_auto_commit=False)
+    try:
+        await consumer.start()
+        tps = [TopicPartition(t, p) for t, count in found.items() for p in range(count)]
+        # Beginning, not zero: a topic whose records all expired holds nothing to replay over.
+        first = await consumer.beginning_offsets(tps)
+        end = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    return sorted({tp.topic for tp in tps if end[tp] > first[tp]})
+
+
+def missing_offsets_topic_message(offsets_topic: str, nonempty: list[str]) -> str:
+    """Why a start is refused, and the two ways forward."""
+    return (
+        f"offsets topic {offsets_topic!r} does not exist, but output topic(s) "
+        f"{', '.join(nonempty)} already hold records: the stored offsets are gone (topic deleted, "
+        f"another cluster, or offset.storage.topic changed) and starting now would replay every "
+        f"table from its start.timestamp. Either restore the offsets from an export with "
+        f"'snowsource offsets import FILE', or accept one full replay with "
+        f"'snowsource run --allow-full-replay'"
+    )
+
+
 def _cursor_of(value: bytes) -> tuple[str, str] | None:
     try:
         parsed = orjson.loads(value)
@@ -105,13 +147,21 @@ class OffsetStore(AsyncResource):
         partitions: int = 25,
         replication_factor: int = -1,
         create: bool = True,
+        output_topics: Collection[str] | None = None,
+        allow_full_replay: bool = False,
     ) -> None:
+        """``output_topics``: the topics whose records tell a first run from lost offsets when
+        the offsets topic is missing (None: create it regardless, as the offsets tool does when
+        it writes offsets itself). ``allow_full_replay`` creates it even when they hold records.
+        """
         self._conn = conn
         self.topic = topic
         self.connector = connector
         self._partitions = partitions
         self._replication_factor = replication_factor
         self._create = create
+        self._output_topics = None if output_topics is None else sorted(set(output_topics))
+        self._allow_full_replay = allow_full_replay
         self._data: dict[bytes, bytes] = {}
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
@@ -149,6 +199,7 @@ class OffsetStore(AsyncResource):
             if self.topic not in found:
                 if not self._create:
                     raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
+                await self._guard_replay()
                 await create_topic(
                     admin,
                     self.topic,
@@ -157,6 +208,13 @@ class OffsetStore(AsyncResource):
                     configs={"cleanup.policy": "compact"},
                 )
                 found = await _wait_for_topic(admin, self.topic)
+            elif self._allow_full_replay:
+                log.warning(
+                    "--allow-full-replay has no effect: the offsets topic exists and every "
+                    "table resumes from its offset. Remove the flag: left in place it would "
+                    "turn the next loss of the offsets topic into a silent full replay",
+                    topic=self.topic,
+                )
             configs = await _describe_when_visible(admin, self.topic)
         policy = configs.get("cleanup.policy", "")
         if policy != "compact":
@@ -168,6 +226,22 @@ class OffsetStore(AsyncResource):
                 f"offset.storage.topic at another topic"
             )
         self._num_partitions = found[self.topic]
+
+    async def _guard_replay(self) -> None:
+        if self._output_topics is None:
+            return
+        nonempty = await topics_with_records(self._conn, self._output_topics)
+        if not nonempty:
+            log.info("offsets topic does not exist yet; creating it (first run)", topic=self.topic)
+        elif self._allow_full_replay:
+            log.warning(
+                "offsets topic does not exist; --allow-full-replay: creating it, every table "
+                "replays from its start.timestamp",
+                topic=self.topic,
+                nonempty_output_topics=nonempty,
+            )
+        else:
+            raise OffsetsTopicMissingError(missing_offsets_topic_message(self.topic, nonempty))
 
     async def load(self) -> None:
         """(Re)read every partition from the beginning to the end offsets taken now."""

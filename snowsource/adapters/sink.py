@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import structlog
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.errors import (
     InvalidTopicError,
     KafkaError,
@@ -167,6 +167,12 @@ class RecordSink(AsyncResource):
         await stop_client(
             self._producer, "the producer (unacknowledged records are dropped)", deadline
         )
+
+    @property
+    def broker_client(self) -> AIOKafkaClient:
+        """The producer's own Kafka client: ``adapters.kafka_probe`` asks it whether Kafka is
+        reachable, so readiness says what the producer sees."""
+        return self._producer.client
 
     async def send(
         self,

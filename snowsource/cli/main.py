@@ -30,7 +30,8 @@ EXIT_CODES_HELP = """exit codes:
 RUN_EXIT_CODES_HELP = """exit codes:
   0  clean shutdown (SIGTERM/SIGINT included)
   1  fatal runtime error (Kafka unreachable for kafka.startup.timeout.seconds, unusable
-     offsets topic, fenced by a newer process with the same task.id)
+     offsets topic, offsets topic missing while output topics hold records, fenced by a
+     newer process with the same task.id)
   2  invalid configuration or usage (nothing was contacted)"""
 
 CHECK_EXIT_CODES_HELP = """exit codes:
@@ -82,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help="DEBUG, INFO, WARNING, ERROR or CRITICAL; overrides log.level of the configuration",
     )
+    run.add_argument(
+        "--allow-full-replay",
+        action="store_true",
+        help=(
+            "when the offsets topic is missing although output topics hold records, create it "
+            "anyway and replay every table from its start.timestamp (needed once; without it "
+            "such a start is refused)"
+        ),
+    )
 
     check = sub.add_parser(
         "check",
@@ -103,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_run(config_path: str | None, log_level: str | None = None) -> int:
+def cmd_run(
+    config_path: str | None, log_level: str | None = None, *, allow_full_replay: bool = False
+) -> int:
     """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
     from snowsource.cli.run import run_until_signal
     from snowsource.config.settings import load_config
@@ -115,7 +127,7 @@ def cmd_run(config_path: str | None, log_level: str | None = None) -> int:
     for warning in loaded.warnings:
         structlog.get_logger("snowsource.config.settings").warning(warning)
     try:
-        return asyncio.run(run_until_signal(settings))
+        return asyncio.run(run_until_signal(settings, allow_full_replay=allow_full_replay))
     except FencedError as exc:
         structlog.get_logger("snowsource").error("fenced", error=str(exc))
         return EXIT_RUNTIME
@@ -149,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if args.command == "run":
-            return cmd_run(args.config, args.log_level)
+            return cmd_run(args.config, args.log_level, allow_full_replay=args.allow_full_replay)
         if args.command == "check":
             from snowsource.cli.check import main as check_main
 

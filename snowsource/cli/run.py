@@ -1,7 +1,7 @@
 """``snowsource run``: the daemon composed with its REST API, SIGTERM/SIGINT wired to shutdown.
 
 The one place that knows both the engine and the API: the supervisor runs the pollers and
-knows nothing of HTTP; the REST server talks to it through ``api.rest.ConnectorControl``.
+knows nothing of HTTP; the REST server talks to it through ``api.control.ConnectorControl``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ def _rest(daemon: Daemon) -> AsyncResource:
     return RestServer(daemon, daemon.settings)
 
 
-def compose(settings: Settings) -> Daemon:
+def compose(settings: Settings, *, allow_full_replay: bool = False) -> Daemon:
     """The daemon of ``settings``, serving the REST API when ``rest.enabled``."""
-    return Daemon(settings, api=_rest if settings.rest.enabled else None)
+    return Daemon(
+        settings,
+        api=_rest if settings.rest.enabled else None,
+        allow_full_replay=allow_full_replay,
+    )
 
 
-async def run_until_signal(settings: Settings) -> int:
+async def run_until_signal(settings: Settings, *, allow_full_replay: bool = False) -> int:
     """Run until SIGTERM/SIGINT (a graceful shutdown within ``shutdown.timeout.seconds``)."""
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -33,7 +37,7 @@ async def run_until_signal(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shutdown.set)
     try:
-        return await compose(settings).run(shutdown)
+        return await compose(settings, allow_full_replay=allow_full_replay).run(shutdown)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):

@@ -235,9 +235,7 @@ class _Run:
                 await self._live(screen, tracker, client, follower)
                 code = await self.daemon.stop(within=settings.shutdown_timeout_seconds + 15)
                 await follower
-                # A loaded machine can take a while to read back the last pages: the verdict
-                # ("every table delivered rows") must not race the read-back.
-                await tracker.drain(within=15)
+                await tracker.drain(within=10)
                 self._show_messages(screen)
                 screen.draw("stopped", final=True)
         return code

@@ -50,8 +50,13 @@ class KafkaTracker:
             return
         # Topics that existed before this run: count only what this run adds.
         ends = await self._consumer.end_offsets(list(new)) if baseline else {}
+        # assign() replaces the whole assignment and forgets every position: without putting
+        # them back, partitions already followed would jump to the end and their rows go uncounted.
+        kept = {tp: await self._consumer.position(tp) for tp in self._assigned}
         self._assigned |= new
         self._consumer.assign(sorted(self._assigned))
+        for tp, position in kept.items():
+            self._consumer.seek(tp, position)
         for tp in new:
             self._consumer.seek(tp, ends.get(tp, 0))
 

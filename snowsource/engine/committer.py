@@ -22,6 +22,7 @@ from snowsource.adapters.kafka import is_retriable
 from snowsource.core.commit import CommitTracker
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_value
 from snowsource.core.retry import RetryPolicy
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
@@ -34,9 +35,17 @@ class CommitterStoppedError(Exception):
 class OffsetWriter:
     """Writes one table's offsets, retrying transient Kafka errors within a deadline."""
 
-    def __init__(self, store: OffsetsStore, policy: RetryPolicy, *, table: str) -> None:
+    def __init__(
+        self,
+        store: OffsetsStore,
+        policy: RetryPolicy,
+        *,
+        table: str,
+        failures: FailureTracker | None = None,
+    ) -> None:
         self._store = store
         self._policy = policy
+        self._failures = failures
         self._log = structlog.get_logger("snowsource.engine.committer").bind(table=table)
 
     async def write(
@@ -59,6 +68,7 @@ class OffsetWriter:
             with attempt:
                 async with limit.limit():
                     await self._store.write(partition, value)
+        self._written()
 
     async def delete_raw(
         self, key: bytes, *, stop: asyncio.Event | None = None, deadline: Deadline | None = None
@@ -71,8 +81,19 @@ class OffsetWriter:
             with attempt:
                 async with limit.limit():
                     await self._store.write_raw(key, None)
+        self._written()
+
+    def _written(self) -> None:
+        if self._failures is not None:
+            self._failures.succeeded(FailureSource.OFFSETS)
 
     def _warn(self, attempt: Attempt, delay: float) -> None:
+        if self._failures is not None:
+            self._failures.failed(
+                FailureSource.OFFSETS,
+                f"writing the table's offset to the offsets topic failed; retrying: "
+                f"{attempt.error!r}",
+            )
         self._log.warning(
             "offset write failed; retrying",
             error=repr(attempt.error),

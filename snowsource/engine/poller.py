@@ -22,8 +22,10 @@ Life of a poller, top to bottom in this module:
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 
 import structlog
@@ -54,8 +56,10 @@ from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine import failures
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
 from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
@@ -84,6 +88,9 @@ class TableStatus:
     committed: SourceOffset | None = None
     lag_seconds: float | None = None
     last_error: str | None = None
+    # Retried errors too, until what failed works again (``engine.failures``).
+    consecutive_failures: int = 0
+    failing_since: datetime | None = None
     rows_emitted: int = 0
     rows_suppressed: int = 0
     rows_late: int = 0
@@ -140,7 +147,9 @@ class Poller:
         self._sink = sink
         self._tail = tail
         self._store = store
-        self._writer = OffsetWriter(store, retry, table=spec.alias)
+        self.status = TableStatus()
+        self._failures = FailureTracker(self.status, spec.alias)
+        self._writer = OffsetWriter(store, retry, table=spec.alias, failures=self._failures)
         self._clock = clock
         self._retry = retry
         self._stop = stop
@@ -151,11 +160,12 @@ class Poller:
             id_field=spec.id_field,
         )
         self._delivery = PageDelivery(spec, sink, stop)
-        self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
-        self._reader = TableReader(spec, client, retry=retry, stop=stop.event, log=self._log)
+        self._reader = TableReader(
+            spec, client, retry=retry, stop=stop.event, log=self._log, failures=self._failures
+        )
         # Per-generation state, set by _begin.
         self._committer: Committer | None = None
         self._dedup = DedupCache(spec.dedup_max_entries)
@@ -186,7 +196,11 @@ class Poller:
                     retry_in=round(delay, 2),
                     committed=self._committed_text(),
                 )
-                self.status.last_error = str(exc)
+                self._failures.failed(
+                    FailureSource.KAFKA,
+                    f"{self.spec.describe}: producing to topic {self.spec.topic} failed; "
+                    f"restarting from the committed offset: {exc}",
+                )
                 if await sleep_or_stop(self._stop.event, delay):
                     break
                 continue
@@ -212,7 +226,7 @@ class Poller:
 
     def fail(self, message: str) -> None:
         """Put the table in FAILED with ``message`` as its diagnostic."""
-        self.status.last_error = message
+        self._failures.fatal(message)
         self._set_state(TableState.FAILED)
         self._log.error("table FAILED", error=message, committed=self._committed_text())
 
@@ -339,6 +353,7 @@ class Poller:
             began = time.monotonic()
             self.status.hi = hi
             result = await self._sweep(sweep_start, hi)
+            self._failures.succeeded(FailureSource.KAFKA)  # everything read was acknowledged
             self.status.sweeps += 1
             if not result.caught_up:
                 return
@@ -377,7 +392,6 @@ class Poller:
                 fetch = None
                 result.pages += 1
                 self.status.pages += 1
-                self.status.last_error = None
                 metrics.PAGES.labels(table=spec.alias).inc()
                 rows = page.rows
                 if not rows:
@@ -408,6 +422,7 @@ class Poller:
                     keep_from=keep_from,
                 )
                 await self._produce(plan, result)
+                self._failures.succeeded(FailureSource.KAFKA)
                 self._dedup.evict_older_than(keep_from)
                 assert plan.last is not None
                 result.last_read = previous = after = plan.last
@@ -447,7 +462,12 @@ class Poller:
         caps_before = self._dedup.evictions_by_cap
         ack: PageAck | None = None
         if plan.emits:
-            ack = await self._delivery.deliver_page(plan)
+            with self._failures.overdue(
+                FailureSource.KAFKA,
+                failures.ACKS_OVERDUE_SECONDS,
+                functools.partial(_unacked, spec, len(plan.emits)),
+            ):
+                ack = await self._delivery.deliver_page(plan)
             if ack is None:
                 # Stopping and the deadline passed with records unacknowledged: the drain
                 # reports it.
@@ -526,6 +546,14 @@ class Poller:
 
     def _named(self, message: str) -> str:
         return message if self.spec.describe in message else f"{self.spec.describe}: {message}"
+
+
+def _unacked(spec: TableSpec, records: int) -> str:
+    return (
+        f"{spec.describe}: Kafka has not acknowledged a page of {records} record(s) for topic "
+        f"{spec.topic} within {failures.ACKS_OVERDUE_SECONDS:g} s; still waiting (is the "
+        f"partition's leader broker reachable?)"
+    )
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

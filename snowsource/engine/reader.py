@@ -25,6 +25,7 @@ from snowsource.core.errors import (
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import clock_probe_params, page_params
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import PageSource
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, StoppedError, retrying
@@ -41,12 +42,14 @@ class TableReader:
         retry: RetryPolicy,
         stop: asyncio.Event,
         log: structlog.typing.FilteringBoundLogger,
+        failures: FailureTracker | None = None,
     ) -> None:
         self._spec = spec
         self._client = client
         self._retry = retry
         self._stop = stop
         self._log = log
+        self._failures = failures
         self.sizer = PageSizer(spec.batch_size)
 
     async def page(self, after: Position, hi: str) -> tuple[Page, int]:
@@ -93,6 +96,8 @@ class TableReader:
                     raise
                 if sizing:
                     self.sizer.success()
+                if self._failures is not None:
+                    self._failures.succeeded(FailureSource.SERVICENOW)
                 return page
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
 
@@ -111,6 +116,8 @@ class TableReader:
                     error=str(exc),
                 )
                 metrics.RETRIES.labels(table=spec.alias).inc()
+                if self._failures is not None:
+                    self._failures.failed(FailureSource.SERVICENOW, str(exc))
 
     def _retrying(self, sizing: bool, attempt: Attempt, delay: float) -> None:
         error = attempt.error
@@ -120,6 +127,8 @@ class TableReader:
         if isinstance(error, RateLimitedError):
             metrics.THROTTLED_SECONDS.labels(table=alias).inc(delay)
         metrics.RETRIES.labels(table=alias).inc()
+        if self._failures is not None:
+            self._failures.failed(FailureSource.SERVICENOW, str(error))
         self._log.warning(
             "ServiceNow request failed; retrying",
             error=str(error),

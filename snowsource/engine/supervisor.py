@@ -35,6 +35,7 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
@@ -98,8 +99,15 @@ class Daemon:
     the offsets store and closed before it.
     """
 
-    def __init__(self, settings: Settings, *, api: ApiFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        api: ApiFactory | None = None,
+        allow_full_replay: bool = False,
+    ) -> None:
         self.settings = settings
+        self.allow_full_replay = allow_full_replay
         self.specs = owned_specs(settings)
         self.clock = InstanceClock()
         self.store: OffsetStore | None = None
@@ -111,6 +119,7 @@ class Daemon:
         self.ready = asyncio.Event()
         self.fenced_by: str | None = None
         self.membership: GroupMembership | None = None
+        self.topic_watch: TopicWatch | None = None
         self.api: AsyncResource | None = None
         self._api_factory = api
         self._conn: KafkaConnection = kafka_connection(settings)
@@ -235,9 +244,14 @@ class Daemon:
                 connector=s.name,
                 partitions=s.offset_storage_partitions,
                 replication_factor=s.offset_storage_replication_factor,
+                output_topics=self._replay_topics(),
+                allow_full_replay=self.allow_full_replay,
             ),
         )
         self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+        self.topic_watch = await self._open(
+            stack, TopicWatch(conn, [spec.topic for spec in self.specs])
+        )
         if self._api_factory is not None:
             self.api = await self._open(stack, self._api_factory(self))
         self.membership = await self._open(
@@ -250,6 +264,12 @@ class Daemon:
                 on_fenced=self._fenced,
             ),
         )
+
+    def _replay_topics(self) -> list[str]:
+        """Output topics whose records mean a missing offsets topic was lost, not never made:
+        the owned tables' (with a group-assigned table set, every configured table would
+        count, since any of them may be this process's after the next rebalance)."""
+        return [spec.topic for spec in self.specs]
 
     async def _open(self, stack: AsyncExitStack, resource: R) -> R:
         """Start ``resource`` (a failed start closes what it opened) and close it at the end
@@ -312,8 +332,14 @@ class Daemon:
             assert self.store is not None
             if reload:
                 await self.store.load()
-                if self.topic_problems:
-                    self.topic_problems = await self._topic_problems(list(self.topic_problems))
+                # A topic deleted while running counts like one missing at start: a restart
+                # creates it when topic.creation.enable is true, or fails the table again.
+                deleted = self.topic_watch.missing() if self.topic_watch else set()
+                if self.topic_problems or deleted:
+                    recheck = sorted(set(self.topic_problems) | deleted)
+                    self.topic_problems = await self._topic_problems(recheck)
+                    if self.topic_watch is not None:
+                        await self.topic_watch.refresh()
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
             for spec in self.specs:
@@ -332,7 +358,7 @@ class Daemon:
                 if problem:
                     poller.fail(problem)
             runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
-            task = asyncio.create_task(_run_all(runnable), name="pollers")
+            task = asyncio.create_task(_run_all(runnable, self.topic_watch), name="pollers")
             task.add_done_callback(self._generation_ended)
             self._generation = _Generation(stop=stop, pollers=pollers, task=task)
             self.target = ConnectorState.RUNNING
@@ -388,18 +414,18 @@ class Daemon:
             self._shutdown.set()
 
 
-async def _run_all(pollers: dict[str, Poller]) -> None:
+async def _run_all(pollers: dict[str, Poller], watch: TopicWatch | None) -> None:
     """Every table of a generation in one task group: a poller that raises (a bug; tables
     fail on their own otherwise) ends the whole generation instead of vanishing."""
     async with asyncio.TaskGroup() as group:
         for alias, poller in pollers.items():
-            group.create_task(_bound(alias, poller), name=f"poller:{alias}")
+            group.create_task(_bound(alias, poller, watch), name=f"poller:{alias}")
 
 
-async def _bound(alias: str, poller: Poller) -> None:
+async def _bound(alias: str, poller: Poller, watch: TopicWatch | None) -> None:
     """Run a poller with its table bound to every log line it (and what it calls) writes."""
     with structlog.contextvars.bound_contextvars(table=alias):
-        await poller.run()
+        await run_watched(alias, poller, watch)
 
 
 def _observe_response(table: str, status: int, seconds: float) -> None:

@@ -81,6 +81,12 @@ DEDUP_EVICTIONS = Counter(
     ["table"],
     registry=REGISTRY,
 )
+CONSECUTIVE_FAILURES = Gauge(
+    "snowsource_table_consecutive_failures",
+    "Failed attempts (requests, produce, offset writes) since the table last worked; 0 when well",
+    ["table"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -100,6 +106,7 @@ ALL_METRIC_NAMES = (
     "snowsource_offsets_committed",
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
+    "snowsource_table_consecutive_failures",
 )
 
 

@@ -54,12 +54,19 @@ async def test_retriable_produce_failure_restarts_the_table_and_loses_nothing(
         second = [insert(i) for i in range(10, 20)]
         await poll_until(lambda: table.last_error is not None, timeout=60)
         assert table.state == TableState.RUNNING
+        # Retried, and visible while it is: what failed, how often, since when.
+        assert f"producing to topic {topic} failed" in (table.last_error or "")
+        assert table.consecutive_failures >= 1
+        assert table.failing_since is not None
         stored = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
         assert stored["sys_id"] == committed_before["sys_id"], "offset moved past a lost row"
 
         await kafka_admin.create_topics([NewTopic(topic, 1, 1)])
         await poll_until(lambda: _has_keys(env, topic, {r["sys_id"] for r in second}), timeout=60)
         await poll_until(caught_up(daemon, "incident"), timeout=30)
+        assert table.consecutive_failures == 0
+        assert table.failing_since is None
+        assert table.last_error is None
     committed = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
     assert committed["sys_id"] == second[-1]["sys_id"]
 

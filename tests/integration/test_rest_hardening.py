@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import ClientSession
 
-from snowsource.api import rest
+from snowsource.api import middleware
 from snowsource.core.table import TableSpec
 from snowsource.engine.supervisor import Daemon
 from snowsource.observability.redact import register_secret
@@ -248,7 +248,7 @@ async def test_undecodable_authorization_bytes_are_401_not_500(env: Env) -> None
 async def test_slow_headers_and_slow_bodies_are_cut_off(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rest, "READ_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(middleware, "READ_TIMEOUT_SECONDS", 1.0)
     env.emu.seed(tables=("incident",), rows=5)
     settings = rest_settings(env, {"incident": {"name": "incident"}})
     async with running(settings) as daemon:

@@ -1,0 +1,113 @@
+"""``/metrics`` (Prometheus text format), ``/health/live`` and ``/health/ready``.
+
+Ready means this process does its job or will again without help: Kafka is reachable (asked of
+the producer's own client, see ``adapters.kafka_probe``), the offsets topic is loaded, the
+pollers were started, and not every owned table is stuck — FAILED, or failing (retried errors)
+for longer than ``health.unready.after.seconds``. A task owning no tables, and a STOPPED or
+PAUSED connector (no poller runs), are ready: that is configuration or an operator's choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Final
+
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
+from snowsource.api.context import ApiContext
+from snowsource.api.errors import error_response, json_response
+from snowsource.engine.failures import failing_seconds
+from snowsource.engine.poller import Poller, TableState
+from snowsource.observability import metrics
+from snowsource.observability.redact import redact
+
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "HealthHandlers", "stuck_tables"]
+
+# generate_latest writes the classic text format; prometheus_client's CONTENT_TYPE_LATEST now
+# names a newer version than the bytes it produces.
+PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def stuck_tables(
+    pollers: Mapping[str, Poller], unready_after: float, now: datetime
+) -> dict[str, str]:
+    """Alias -> why, for the tables that are FAILED or failing for over ``unready_after`` s."""
+    stuck: dict[str, str] = {}
+    for alias, poller in sorted(pollers.items()):
+        status = poller.status
+        failing = failing_seconds(status, now)
+        if status.state == TableState.FAILED:
+            stuck[alias] = "FAILED"
+        elif failing is not None and failing > unready_after:
+            stuck[alias] = (
+                f"failing for {failing:.0f} s ({status.consecutive_failures} failed attempts)"
+            )
+    return stuck
+
+
+class HealthHandlers:
+    """Metrics and the two health probes."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self._ctx = ctx
+        self._kafka = KafkaProbe(self._broker_client)
+
+    def _broker_client(self) -> BrokerClient | None:
+        sink = self._ctx.daemon.sink
+        return sink.broker_client if sink is not None else None
+
+    async def close(self) -> None:
+        """Abandon a Kafka probe still running."""
+        await self._kafka.close()
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``."""
+        body = generate_latest(metrics.REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    async def live(self, request: web.Request) -> web.Response:
+        """``GET /health/live``: the process answers."""
+        return json_response({"status": "live", "message": "the snowsource process is running"})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        """``GET /health/ready``: 200, or 503 naming what is missing."""
+        daemon = self._ctx.daemon
+        unready_after = self._ctx.settings.health_unready_after_seconds
+        store = daemon.store
+        pollers = daemon.pollers
+        kafka = daemon.kafka_ready and await self._kafka.reachable()
+        failed = sorted(a for a, p in pollers.items() if p.status.state == TableState.FAILED)
+        stuck = stuck_tables(pollers, unready_after, datetime.now(UTC))
+        checks: dict[str, object] = {
+            "kafka_connected": kafka,
+            "offsets_loaded": store is not None and store.loaded.is_set(),
+            "started": daemon.ready.is_set(),
+            "connector_state": daemon.state.value,
+            "tables": len(daemon.specs),
+            "failed_tables": failed,
+            "failing_tables": sorted(a for a, why in stuck.items() if why != "FAILED"),
+            "unready_after_seconds": unready_after,
+        }
+        problems: list[str] = []
+        if not kafka:
+            problems.append("Kafka is not reachable (no broker answers the producer)")
+        if not checks["offsets_loaded"]:
+            problems.append("the offsets topic is not loaded")
+        if not daemon.ready.is_set():
+            problems.append("the pollers have not been started yet")
+        if pollers and len(stuck) == len(pollers):
+            if len(failed) == len(pollers):
+                problems.append(f"every table has FAILED ({', '.join(failed)})")
+            else:
+                why = "; ".join(f"{alias}: {reason}" for alias, reason in stuck.items())
+                problems.append(
+                    f"every table has FAILED or has been failing for longer than "
+                    f"health.unready.after.seconds ({unready_after:g} s): {why}"
+                )
+        if problems:
+            message = redact("not ready: " + "; ".join(problems))
+            return error_response(503, message, status="not ready", checks=checks)
+        return json_response({"status": "ready", "message": "ready", "checks": checks})
