@@ -15,7 +15,7 @@ from typing import Any
 from snowsource.adapters.sink import (
     Headers,
     PageAck,
-    PageRecord,
+    PageRecordLike,
     RecordFailure,
     is_fatal_produce_error,
 )
@@ -96,7 +96,7 @@ class FakeSink:
         return [r for r in self.sent if not r.future.done()]
 
     async def send_page(
-        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+        self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]:
         loop = asyncio.get_running_loop()
         self.pages += 1

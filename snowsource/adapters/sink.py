@@ -89,6 +89,10 @@ class PageRecord(NamedTuple):
     headers: Headers
 
 
+# What ``send_page`` takes: a PageRecord or a plain ``(key, value, headers)`` tuple.
+PageRecordLike = tuple[bytes, bytes | None, Headers]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecordFailure:
     """Why the record at ``index`` of a page was not acknowledged.
@@ -191,7 +195,7 @@ class RecordSink(AsyncResource):
         return future
 
     async def send_page(
-        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+        self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]:
         """Hand a page to Kafka in per-partition batches; the future resolves to its PageAck.
 
@@ -218,7 +222,7 @@ class RecordSink(AsyncResource):
     async def _hand_over(
         self,
         topic: str,
-        records: Sequence[PageRecord],
+        records: Sequence[PageRecordLike],
         common: Headers,
         submitted: list[tuple[list[int], asyncio.Future[Any]]],
     ) -> RecordFailure | None:

@@ -9,14 +9,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import TYPE_CHECKING
 
-from snowsource.api.rest import RestServer
 from snowsource.config.settings import Settings
 from snowsource.engine.supervisor import Daemon
-from snowsource.runtime.resource import AsyncResource
+
+if TYPE_CHECKING:
+    from snowsource.runtime.resource import AsyncResource
 
 
 def _rest(daemon: Daemon) -> AsyncResource:
+    # Imported only when the REST API is on: aiohttp's server side and the REST module cost a
+    # good part of start-up, and no ServiceNow request should wait for them.
+    from snowsource.api.rest import RestServer  # noqa: PLC0415  (see above)
+
     return RestServer(daemon, daemon.settings)
 
 

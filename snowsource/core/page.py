@@ -16,6 +16,7 @@ by remembering them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,20 +24,30 @@ from typing import Any
 from snowsource.core.cursor import Position, is_valid_ts
 from snowsource.core.dedup import DedupCache, digest
 from snowsource.core.errors import TableFailedError
-from snowsource.core.offsets_codec import SourceOffset, cursor_id_problem
+from snowsource.core.offsets_codec import SourceOffset, cursor_id_problem, is_sys_id_field
 from snowsource.core.records import RecordShaper
 from snowsource.core.table import TableSpec
 
 Key = tuple[str, str]  # (ts, id): a row's cursor position, compared as a string tuple
 
+# Fast paths for the common row, each exactly as strict as the rule it stands in for: a
+# timestamp whose time of day is in range and whose date was already found valid, and a sys_id
+# that is 32 lowercase hex characters. Anything else takes the full check and its message.
+_TS_FAST = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} (?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]")
+_SYS_ID_FAST = re.compile(r"[0-9a-f]{32}")
+
 
 class Emit:
     """A row to send: its key position, value bytes and the cursor its record carries."""
 
-    __slots__ = ("_cursor", "_plan", "id", "ts", "value")
+    __slots__ = ("_context", "_cursor", "id", "ts", "value")
 
-    def __init__(self, plan: PagePlan, ts: str, id: str, value: bytes, cursor: Key) -> None:
-        self._plan = plan
+    def __init__(
+        self, context: tuple[str, str], ts: str, id: str, value: bytes, cursor: Key
+    ) -> None:
+        # (phase, fingerprint), shared by the page; never the plan itself, which would make a
+        # reference cycle per page that only the cyclic collector frees (with the page's values).
+        self._context = context
         self.ts = ts
         self.id = id
         self.value = value
@@ -56,9 +67,8 @@ class Emit:
     def offset(self) -> SourceOffset:
         """The offset a commit up to and including this record writes."""
         ts, ident = self._cursor
-        return SourceOffset(
-            timestamp=ts, sys_id=ident, phase=self._plan.phase, fingerprint=self._plan.fingerprint
-        )
+        phase, fingerprint = self._context
+        return SourceOffset(timestamp=ts, sys_id=ident, phase=phase, fingerprint=fingerprint)
 
 
 @dataclass
@@ -82,14 +92,23 @@ def _field(shaper: RecordShaper, row: dict[str, Any], name: str) -> str | None:
 
 def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> Position:
     """A row's cursor position; ``TableFailedError`` naming the row when it has none."""
-    ts, ident = _row_key(spec, shaper, row, None)
+    ts, ident = _row_key(spec, shaper, row, set())
     return Position(ts, ident)
 
 
+def _valid_ts(stamp: str, valid_dates: set[str]) -> bool:
+    if _TS_FAST.fullmatch(stamp) is not None and stamp[:10] in valid_dates:
+        return True
+    if not is_valid_ts(stamp):
+        return False
+    valid_dates.add(stamp[:10])
+    return True
+
+
 def _row_key(
-    spec: TableSpec, shaper: RecordShaper, row: dict[str, Any], known_ts: str | None
+    spec: TableSpec, shaper: RecordShaper, row: dict[str, Any], valid_dates: set[str]
 ) -> Key:
-    """``(ts, id)`` of a row, validated; ``known_ts`` is a timestamp already found valid."""
+    """``(ts, id)`` of a row, validated; ``valid_dates`` holds dates already found valid."""
     ident = _field(shaper, row, spec.id_field)
     stamp = _field(shaper, row, spec.timestamp_field)
     if not ident:
@@ -99,12 +118,14 @@ def _row_key(
             f"{spec.id_field}={row.get(spec.id_field)!r}); "
             f"check fields / ACLs of the integration user"
         )
-    if stamp is None or (stamp != known_ts and not is_valid_ts(stamp)):
+    if stamp is None or not _valid_ts(stamp, valid_dates):
         raise TableFailedError(
             f"{spec.describe}: row {spec.id_field}={ident} has field "
             f"{spec.timestamp_field!r} = {row.get(spec.timestamp_field)!r}, not a "
             f"YYYY-MM-DD HH:MM:SS timestamp"
         )
+    if is_sys_id_field(spec.id_field) and _SYS_ID_FAST.fullmatch(ident) is not None:
+        return stamp, ident
     if problem := cursor_id_problem(ident, spec.id_field):
         # Emitting it would commit an offset that no restart could load again.
         raise TableFailedError(f"{spec.describe}: a row's {spec.id_field}: {problem}")
@@ -127,10 +148,9 @@ def page_positions(
     # Rows of the window: strictly after ``after``, or from second ``after.ts`` on when its id
     # is empty (the query then says ``ts>=T``); ``("T", "")`` sorts before every row of T.
     floor: Key = (after.ts, after.id)
-    valid_ts: str | None = None
+    valid_dates: set[str] = set()
     for row in rows:
-        key = _row_key(spec, shaper, row, valid_ts)
-        valid_ts = key[0]
+        key = _row_key(spec, shaper, row, valid_dates)
         if (
             (prev is not None and key <= prev)
             or key[0] > hi
@@ -174,6 +194,7 @@ def plan_page(
     floor: Key = (late_floor.ts, late_floor.id)
     value_bytes = shaper.value_bytes
     emits = plan.emits
+    context = (phase, plan.fingerprint)
     known = dedup.contains
     for row, key in zip(rows, positions, strict=True):
         ts, ident = key
@@ -191,6 +212,6 @@ def plan_page(
                 plan.late += 1
             dedup.remember(ident, ts, value_digest)
         cur = max(cur, key)
-        emits.append(Emit(plan, ts, ident, value, cur))
+        emits.append(Emit(context, ts, ident, value, cur))
     plan.cursor = cursor if cur == (cursor.ts, cursor.id) else Position(*cur)
     return plan

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecord
+from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.page import PagePlan
 from snowsource.core.table import TableSpec
 from snowsource.engine.ports import Sink
@@ -55,11 +55,12 @@ class PageDelivery:
         self._pending = None
         self._pending_records = 0
 
-    def records(self, plan: PagePlan) -> list[PageRecord]:
+    def records(self, plan: PagePlan) -> list[PageRecordLike]:
         """The page's records: key, value and the headers that differ per record."""
         phase = _PHASE_HEADERS.get(plan.phase) or ("snow.phase", plan.phase.encode())
+        # Plain tuples: a NamedTuple per row costs a constructor call for nothing.
         return [
-            PageRecord(emit.key, emit.value, [("snow.timestamp", emit.ts.encode()), phase])
+            (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
             for emit in plan.emits
         ]
 

@@ -57,6 +57,7 @@ from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine import failures
+from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
 from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
@@ -141,9 +142,11 @@ class Poller:
         clock: InstanceClock,
         retry: RetryPolicy,
         stop: StopSignal,
+        pages: PageBudget | None = None,
         tail: OutputTail | None = None,
     ) -> None:
         self.spec = spec
+        self._pages = pages
         self._sink = sink
         self._tail = tail
         self._store = store
@@ -386,10 +389,15 @@ class Poller:
         after, previous, previous_full = start, None, False
         rewound_floor = Position(hi, "").minus(spec.overlap_seconds).ts
         fetch: asyncio.Task[tuple[Page, int]] | None = self._prefetch(after, hi)
+        holding = False  # this page's slot of the page budget, given back once it is produced
         try:
             while fetch is not None:
+                if holding:
+                    self._release_page()
+                    holding = False
                 page, limit = await self._page_of(fetch)
                 fetch = None
+                holding = True
                 result.pages += 1
                 self.status.pages += 1
                 metrics.PAGES.labels(table=spec.alias).inc()
@@ -436,14 +444,33 @@ class Poller:
                     lag = (self._clock.now() - parse_ts(self._cursor.ts)).total_seconds()
                     self._set_lag(max(lag, 0.0))
         finally:
+            if holding:
+                self._release_page()
             if fetch is not None:
                 fetch.cancel()
                 await asyncio.gather(fetch, return_exceptions=True)
+                if not fetch.cancelled() and fetch.exception() is None:
+                    self._release_page()  # it arrived before the cancel: nobody reads it
         return result
 
     def _prefetch(self, after: Position, hi: str) -> asyncio.Task[tuple[Page, int]]:
         """Fetch the next page while the current one is produced and acknowledged."""
-        return asyncio.create_task(self._reader.page(after, hi), name=f"fetch:{self.spec.alias}")
+        return asyncio.create_task(self._fetch(after, hi), name=f"fetch:{self.spec.alias}")
+
+    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
+        """A page, once the page budget has room for it; the slot goes with the page."""
+        if self._pages is None:
+            return await self._reader.page(after, hi)
+        await self._pages.acquire()
+        try:
+            return await self._reader.page(after, hi)
+        except BaseException:
+            self._pages.release()
+            raise
+
+    def _release_page(self) -> None:
+        if self._pages is not None:
+            self._pages.release()
 
     async def _page_of(self, fetch: asyncio.Task[tuple[Page, int]]) -> tuple[Page, int]:
         """A request in flight is abandoned at once when stop is requested."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import Headers, PageAck, PageRecord
+from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 
 
@@ -28,7 +28,7 @@ class Sink(Protocol):
     """Hands pages of records to Kafka; the future resolves to the page's acknowledged prefix."""
 
     async def send_page(
-        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+        self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]: ...
 
 

@@ -34,6 +34,7 @@ from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
+from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.wiring import (
@@ -342,6 +343,7 @@ class Daemon:
                         await self.topic_watch.refresh()
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
+            pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
             for spec in self.specs:
                 poller = Poller(
                     spec,
@@ -351,6 +353,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    pages=pages,
                     tail=TopicTail(self._conn),
                 )
                 pollers[spec.alias] = poller

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import ClientSession
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecord, RecordSink
+from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordSink
 from snowsource.cli.run import compose
 from snowsource.core.errors import SnowsourceError
 from snowsource.engine import supervisor
@@ -36,7 +36,7 @@ class CountingSink(RecordSink):
     most: dict[str, int]
 
     async def send_page(
-        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+        self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]:
         counts = self.__dict__.setdefault("outstanding", {})
         most = self.__dict__.setdefault("most", {})
@@ -53,7 +53,7 @@ class SlowAckSink(RecordSink):
     delay = 1.0
 
     async def send_page(
-        self, topic: str, records: Sequence[PageRecord], *, headers: Headers | None = None
+        self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]:
         acked = await super().send_page(topic, records, headers=headers)
         loop = asyncio.get_running_loop()

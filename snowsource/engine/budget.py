@@ -1,0 +1,35 @@
+"""The process-wide bound on decoded pages (memory with many tables).
+
+Every poller holds at most two pages: the one it is producing and the one it fetches ahead. With
+fifty tables that is a hundred decoded pages at once (megabytes each), although only
+``snow.http.max.concurrent.requests`` requests can be in flight anyway. A poller takes a slot
+before it asks for a page and gives it back once that page is produced and acknowledged, so
+memory grows with the slots, not with the number of tables; one table still fetches ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class PageBudget:
+    """Slots for pages fetched but not yet produced, shared by every table of a generation."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 2:
+            raise ValueError(f"a page budget needs two slots for one table to fetch ahead: {slots}")
+        self.slots = slots
+        self._free = asyncio.Semaphore(slots)
+
+    async def acquire(self) -> None:
+        """Wait for a free slot."""
+        await self._free.acquire()
+
+    def release(self) -> None:
+        """Give a slot back (its page was produced, dropped or never arrived)."""
+        self._free.release()
+
+
+def page_slots(max_concurrent_requests: int) -> int:
+    """Two pages per request that may be in flight: one arriving while one is produced."""
+    return max(2, 2 * max_concurrent_requests)
