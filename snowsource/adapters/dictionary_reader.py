@@ -9,9 +9,10 @@ read access typed records need.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
-from snowsource.adapters.servicenow import ServiceNowClient
+from snowsource.adapters.servicenow import Page
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
@@ -27,8 +28,16 @@ from snowsource.core.errors import TableError
 _MAX_DEPTH: Final = 32
 
 
+class PageGetter(Protocol):
+    """What the walk needs of a client (``ServiceNowClient`` or a test's fake)."""
+
+    async def get_page(
+        self, table: str, params: Mapping[str, str], *, label: str | None = None
+    ) -> Page: ...
+
+
 async def _rows(
-    client: ServiceNowClient, table: str, query: str, fields: tuple[str, ...], limit: int
+    client: PageGetter, table: str, query: str, fields: tuple[str, ...], limit: int
 ) -> list[dict[str, Any]]:
     params = {
         "sysparm_query": query,
@@ -52,9 +61,7 @@ async def _rows(
     return page.rows
 
 
-async def read_columns(
-    client: ServiceNowClient, table: str, *, page_size: int = 1000
-) -> dict[str, str]:
+async def read_columns(client: PageGetter, table: str, *, page_size: int = 1000) -> dict[str, str]:
     """``element -> internal_type`` for ``table``, inherited columns included."""
     objects: list[dict[str, Any]] = []
     query: str | None = db_object_query(table)

@@ -182,7 +182,7 @@ class RecordSink(AsyncResource):
         self,
         topic: str,
         key: bytes,
-        value: bytes,
+        value: bytes | None,
         headers: Sequence[tuple[str, bytes]],
     ) -> asyncio.Future[Any]:
         """Hand one record to the producer; the returned future resolves on the broker's ack."""

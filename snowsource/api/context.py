@@ -20,7 +20,7 @@ from snowsource.config.settings import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.table import TableSpec
 from snowsource.engine.poller import TableStatus
-from snowsource.engine.wiring import table_spec
+from snowsource.engine.wiring import connector_specs
 from snowsource.runtime.aio import done_before
 
 __all__ = ["WILDCARD_HOSTS", "ApiContext"]
@@ -37,10 +37,13 @@ class ApiContext:
         self.name = settings.name
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
-        self.all_specs: list[TableSpec] = [
-            table_spec(settings, alias, table) for alias, table in settings.tables.items()
-        ]
-        self.owners = assign(list(settings.tables), settings.tasks_max)
+        self.all_specs: list[TableSpec] = connector_specs(settings)
+        owners = assign(list(settings.tables), settings.tasks_max)
+        # A delete stream (<alias>.deletes) always belongs to its table's task.
+        self.owners = {
+            spec.alias: owners[spec.base.alias if spec.base else spec.alias]
+            for spec in self.all_specs
+        }
         # One operator action at a time: a PATCH must never interleave with a resume.
         self.lock = asyncio.Lock()
         # The tables' status when their pollers were last stopped, shown while none runs.

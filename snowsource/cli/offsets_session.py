@@ -24,7 +24,7 @@ from snowsource.config.settings import Settings
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.supervisor import kafka_connection, table_spec
+from snowsource.engine.wiring import connector_specs, kafka_connection
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -79,8 +79,9 @@ class Context:
 
 
 def make_context(settings: Settings, config_path: str | None = None) -> Context:
-    # Every table of the connector, whatever task owns it: offsets belong to the connector.
-    tables = [table_spec(settings, alias, table) for alias, table in settings.tables.items()]
+    # Every stream of the connector (delete streams as <alias>.deletes), whatever task owns it:
+    # offsets belong to the connector.
+    tables = connector_specs(settings)
     return Context(
         settings=settings,
         conn=kafka_connection(settings, client_id=_CLIENT_ID),

@@ -16,9 +16,6 @@ from snowsource.config.models import Settings, yaml_key
 NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (
     ("exactly.once", True),
     ("tasks.assignment", "group"),
-    ("deletes", "audit"),
-    ("value.format", "typed"),
-    ("value.schema", "connect"),
 )
 
 

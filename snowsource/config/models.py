@@ -239,6 +239,24 @@ class TableConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _typed_needs_raw_values(self) -> TableConfig:
+        # display.value: true replaces every raw value by text in the integration user's
+        # locale and format ("1,234", "29.09.2026"): typed conversion could only guess.
+        if self.value_format is ValueFormat.TYPED and self.display_value == "true":
+            raise problems_error(
+                [
+                    (
+                        "value.format",
+                        "typed cannot convert display values (display.value is true, so every "
+                        "value is text in the integration user's format): use display.value: "
+                        "all (raw values typed, display text kept beside them) or false, or "
+                        "value.format: string",
+                    )
+                ]
+            )
+        return self
+
     @property
     def start_datetime(self) -> datetime:
         """``start.timestamp`` as an aware UTC datetime."""

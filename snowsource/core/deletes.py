@@ -76,6 +76,10 @@ def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
         exclude_reference_link=True,
         partition=partition,
         legacy_partition=partition,
+        value_format="string",
+        value_schema="none",
+        deletes=False,
+        base=table,
     )
 
 

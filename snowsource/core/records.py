@@ -1,18 +1,27 @@
-"""From a Table API row to a Kafka record (SPEC §3). Pure.
+"""From a Table API row to a Kafka record (SPEC §3, §13.6, §13.7). Pure.
 
 The daemon asks for raw values (``sysparm_display_value=false``) or for both
 (``all``). With ``display.value: true`` it still asks for ``all`` and keeps each field's display
 value, except the cursor fields and ``sys_mod_count``: a display-formatted timestamp is in the
 integration user's time zone and format and must never drive the cursor.
+
+Three shapers share one interface (``raw``, ``value_bytes``), so the page decision and the dedup
+cache treat every stream alike: :class:`RecordShaper` (the Table API's strings),
+:class:`TypedShaper` (``value.format: typed`` and/or ``value.schema: connect``) and
+:class:`TombstoneShaper` (a delete stream's audit rows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from snowsource.core.connect_schema import envelope
+from snowsource.core.deletes import tombstone
+from snowsource.core.typed import TypedRow, convert_row
 
 RAW_FIELDS_EXTRA = ("sys_mod_count",)
 
@@ -64,3 +73,52 @@ class RecordShaper:
         if self.display_value != "true":
             return orjson.dumps(row)  # the value is the row itself: no copy per row
         return orjson.dumps(self.shape(row))
+
+
+@dataclass(frozen=True)
+class TypedShaper(RecordShaper):
+    """Values converted by column type (``typed``) and/or wrapped in the Connect envelope.
+
+    ``columns`` (element -> internal type) is filled, and refilled when an unknown column
+    appears, by the engine; with ``typed`` False it stays empty and every value keeps its
+    string. ``unparsed`` collects, per row id, the fields of the rows shaped since the caller
+    last took them that did not parse: the dedup cache shapes rows it then suppresses, so only
+    the caller knows which rows were really emitted and should be counted.
+    """
+
+    typed: bool = True
+    connect_envelope: bool = False
+    schema_name: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+    unparsed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def typed_row(self, row: Mapping[str, Any]) -> TypedRow:
+        """The shaped row converted by its columns' types."""
+        return convert_row(self.shape(row), self.columns if self.typed else {})
+
+    def value_bytes(self, row: Mapping[str, Any]) -> bytes:
+        converted = self.typed_row(row)
+        if converted.unparsed:
+            self.unparsed[self.raw(row, self.id_field) or ""] = converted.unparsed
+        if self.connect_envelope:
+            return orjson.dumps(envelope(converted, self.schema_name))
+        return orjson.dumps(converted.values)
+
+    def take_unparsed(self, row_id: str) -> tuple[str, ...]:
+        """The fields of row ``row_id`` that did not parse, forgotten once taken."""
+        return self.unparsed.pop(row_id, ())
+
+
+@dataclass(frozen=True)
+class TombstoneShaper(RecordShaper):
+    """A delete stream's audit rows: ``value_bytes`` is the deleted row's key.
+
+    A tombstone's value is null, so what tells two audit rows apart for the dedup cache (and
+    what the record is keyed by) is the ``documentkey``; the poller sends it as the key and a
+    null value. ``table`` is the base table, whose name every audit row must carry.
+    """
+
+    table: str = ""
+
+    def value_bytes(self, row: Mapping[str, Any]) -> bytes:
+        return tombstone(row, self.table).key.encode()

@@ -30,6 +30,12 @@ class TableSpec:
     dedup_max_entries: int
     partition: SourcePartition
     legacy_partition: SourcePartition
+    # Shape options: how values are written, never which rows are read (not in the partition).
+    value_format: str = "string"  # "string" | "typed"
+    value_schema: str = "none"  # "none" | "connect"
+    deletes: bool = False  # the table has a delete stream (``deletes: audit``)
+    # Set on a delete stream only: the table whose deletes it reads.
+    base: TableSpec | None = None
 
     @property
     def describe(self) -> str:

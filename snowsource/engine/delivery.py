@@ -13,9 +13,10 @@ and page, not per row.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
-from snowsource.core.page import PagePlan
+from snowsource.core.page import Emit, PagePlan
 from snowsource.core.table import TableSpec
 from snowsource.engine.ports import Sink
 from snowsource.runtime.deadline import StopSignal
@@ -26,15 +27,27 @@ _PHASE_HEADERS = {phase: ("snow.phase", phase.encode()) for phase in ("backfill"
 class PageDelivery:
     """Sends one table's pages, at most one unacknowledged at a time."""
 
-    def __init__(self, spec: TableSpec, sink: Sink, stop: StopSignal) -> None:
+    def __init__(
+        self,
+        spec: TableSpec,
+        sink: Sink,
+        stop: StopSignal,
+        *,
+        headers: Headers | None = None,
+        key_value: Callable[[Emit], tuple[bytes, bytes | None]] | None = None,
+    ) -> None:
+        """``headers`` (every record's, first) and ``key_value`` (a record's key and value,
+        ``None`` for a tombstone) come from the stream's hooks; by default a row's id and
+        value with the partition's instance and table."""
         self._topic = spec.topic
         self._sink = sink
         self._stop = stop
         # The partition is the one place that says which instance and table a record is from.
-        self._headers: Headers = [
+        self._headers: Headers = headers or [
             ("snow.instance", spec.partition.instance.encode()),
             ("snow.table", spec.partition.table.encode()),
         ]
+        self._key_value = key_value
         self._pending: asyncio.Future[PageAck] | None = None
         self._pending_records = 0
 
@@ -58,10 +71,15 @@ class PageDelivery:
     def records(self, plan: PagePlan) -> list[PageRecordLike]:
         """The page's records: key, value and the headers that differ per record."""
         phase = _PHASE_HEADERS.get(plan.phase) or ("snow.phase", plan.phase.encode())
-        # Plain tuples: a NamedTuple per row costs a constructor call for nothing.
+        key_value = self._key_value
+        if key_value is None:
+            # Plain tuples: a NamedTuple per row costs a constructor call for nothing.
+            return [
+                (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
+                for emit in plan.emits
+            ]
         return [
-            (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
-            for emit in plan.emits
+            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase]) for emit in plan.emits
         ]
 
     async def deliver_page(self, plan: PagePlan) -> PageAck | None:

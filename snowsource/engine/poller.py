@@ -53,7 +53,6 @@ from snowsource.core.offsets_codec import (
     SourceOffset,
 )
 from snowsource.core.page import PagePlan, page_positions, plan_page
-from snowsource.core.records import RecordShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine import failures
@@ -64,6 +63,7 @@ from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
+from snowsource.engine.streams import StreamHooks, TableHooks
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
@@ -142,6 +142,7 @@ class Poller:
         clock: InstanceClock,
         retry: RetryPolicy,
         stop: StopSignal,
+        hooks: StreamHooks | None = None,
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
     ) -> None:
@@ -156,13 +157,12 @@ class Poller:
         self._clock = clock
         self._retry = retry
         self._stop = stop
-        self._shaper = RecordShaper(
-            display_value=spec.display_value,
-            exclude_reference_link=spec.exclude_reference_link,
-            timestamp_field=spec.timestamp_field,
-            id_field=spec.id_field,
+        # What differs between a table's stream and its delete stream: shaping, HI cap.
+        self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
+        self._shaper = self._hooks.shaper
+        self._delivery = PageDelivery(
+            spec, sink, stop, headers=self._hooks.headers, key_value=self._hooks.key_value
         )
-        self._delivery = PageDelivery(spec, sink, stop)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -211,7 +211,7 @@ class Poller:
                 # Also an offset write that ran out of the stop's deadline: the drain says so.
                 break
             except _FATAL as exc:
-                self.fail(self._named(str(exc)))
+                self.fail(self._named(self._hooks.explain(exc)))
                 return
             except KafkaError as exc:
                 self.fail(
@@ -349,10 +349,15 @@ class Poller:
     async def _sweeps(self, start: Position) -> None:
         spec = self.spec
         await self._reader.ensure_clock(self._clock)
+        await self._hooks.start()
         self._set_state(TableState.RUNNING)
         sweep_start = start
         while not self._stop.is_set():
-            hi = high_water_mark(self._clock.now(), spec.safety_lag_seconds)
+            hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
+            if hi is None:  # a delete stream whose table has not completed a sweep yet
+                if await sleep_or_stop(self._stop.event, spec.poll_interval):
+                    return
+                continue
             began = time.monotonic()
             self.status.hi = hi
             result = await self._sweep(sweep_start, hi)
@@ -361,6 +366,7 @@ class Poller:
             if not result.caught_up:
                 return
             self.status.caught_up = True
+            self._hooks.completed(hi)
             self._mark_stream()
             lag = max((self._clock.now() - parse_ts(hi)).total_seconds(), 0.0)
             self._set_lag(lag)
@@ -407,6 +413,7 @@ class Poller:
                         await self._reader.check_hidden(after, hi)
                     result.caught_up = True
                     break
+                await self._hooks.prepare(rows)
                 positions = page_positions(
                     spec, self._shaper, rows, after=after, hi=hi, previous=previous
                 )

@@ -36,6 +36,7 @@ from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.wiring import (
     kafka_connection,
@@ -343,6 +344,7 @@ class Daemon:
                         await self.topic_watch.refresh()
             stop = StopSignal()
             pollers: dict[str, Poller] = {}
+            hooks = stream_hooks(self.specs, client=self.client, retry=self._retry, stop=stop.event)
             pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
             for spec in self.specs:
                 poller = Poller(
@@ -353,6 +355,7 @@ class Daemon:
                     clock=self.clock,
                     retry=self._retry,
                     stop=stop,
+                    hooks=hooks[spec.alias],
                     pages=pages,
                     tail=TopicTail(self._conn),
                 )

@@ -11,6 +11,7 @@ from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.config.settings import AuthType, Settings, TableConfig
 from snowsource.core.assignment import assign
+from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
 from snowsource.core.table import TableSpec
@@ -114,14 +115,36 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         dedup_max_entries=settings.dedup_max_entries,
         partition=partition_for(**common),
         legacy_partition=legacy_partition_for(**common),
+        value_format=str(table.value_format),
+        value_schema=str(table.value_schema),
+        deletes=str(table.deletes) == "audit",
     )
 
 
+def stream_specs(settings: Settings, alias: str, table: TableConfig) -> list[TableSpec]:
+    """The table's spec, followed by its delete stream's with ``deletes: audit``."""
+    spec = table_spec(settings, alias, table)
+    if not spec.deletes:
+        return [spec]
+    return [spec, delete_stream_spec(spec, snow_url=settings.snow.url)]
+
+
 def owned_specs(settings: Settings) -> list[TableSpec]:
-    """Specs of the tables this process's ``task.id`` owns (SPEC §10)."""
+    """Specs of the streams of the tables this process's ``task.id`` owns (SPEC §10): a
+    table's delete stream always runs beside the table, in the same task."""
     owners = assign(list(settings.tables), settings.tasks_max)
     return [
-        table_spec(settings, alias, table)
+        spec
         for alias, table in settings.tables.items()
         if owners[alias] == settings.task_id
+        for spec in stream_specs(settings, alias, table)
+    ]
+
+
+def connector_specs(settings: Settings) -> list[TableSpec]:
+    """Specs of every stream of the connector, whatever task owns it."""
+    return [
+        spec
+        for alias, table in settings.tables.items()
+        for spec in stream_specs(settings, alias, table)
     ]

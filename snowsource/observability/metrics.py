@@ -87,6 +87,12 @@ CONSECUTIVE_FAILURES = Gauge(
     ["table"],
     registry=REGISTRY,
 )
+VALUES_UNPARSED = Counter(
+    "snowsource_values_unparsed",
+    "Values of typed records that did not parse as their column's type and stayed strings",
+    ["table"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -106,6 +112,7 @@ ALL_METRIC_NAMES = (
     "snowsource_offsets_committed",
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
+    "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
 )
 

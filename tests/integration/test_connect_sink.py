@@ -3,7 +3,8 @@
 The worker is Apache Kafka Connect itself (``scripts/connect.sh``, standalone mode, the
 JsonConverter with ``value.converter.schemas.enable=true``) running the FileStreamSink connector.
 The records are built with the core functions from emulator rows read through the Table API, one
-of them with a value that does not parse as its column's type. A schema that disagreed with its
+of them with a value that does not parse as its column's type, and then produced by the daemon
+itself (``value.format: typed``, ``value.schema: connect``). A schema that disagreed with its
 payload would make the converter throw and the task FAIL.
 """
 
@@ -34,6 +35,8 @@ from snowsource.core.dictionary import (
 from snowsource.core.typed import convert_row
 from snowsource.emulator import Emulator, serve
 from tests.conftest import TopicFactory
+from tests.integration.conftest import Env
+from tests.integration.engine import caught_up, poll_until, read_topic, running
 from tests.kafka_support import REPO, LocalConnect, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -169,6 +172,61 @@ async def test_file_sink_reads_typed_envelopes(
         # typed value reached the sink as its type (and the odd value as the text it was).
         assert written == [_struct_text(value.values) for value in typed]
         odd_line = written[[r["sys_id"] for r in rows].index(odd["sys_id"])]
+        assert re.search(f"[{{,]{odd_field}=n/a[,}}]", odd_line), odd_line
+    finally:
+        async with http.delete(f"{connect_worker.url}/connectors/{connector}") as resp:
+            assert resp.status == 204, await resp.text()
+
+
+@pytest.mark.parametrize("case", [("incident", "priority"), ("cmdb_ci_server", "ram")])
+async def test_file_sink_reads_what_the_daemon_produced_with_the_connect_envelope(
+    case: tuple[str, str],
+    connect_worker: LocalConnect,
+    env: Env,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    name, odd_field = case
+    env.emu.seed(("incident", "cmdb_ci"), rows=20)
+    odd = env.emu.insert(name, {odd_field: "n/a"})
+    settings = env.settings(
+        {"typed": {"name": name, "value.format": "typed", "value.schema": "connect"}}
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "typed"))
+    records = await read_topic(env.bootstrap, env.topic("typed"))
+    assert odd["sys_id"].encode() in [r.key for r in records]
+    assert len(records) > 1
+    payloads = [r.json["payload"] for r in records]
+
+    connector = unique("sink")
+    out = tmp_path / "daemon-sink.txt"
+    config = {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        "tasks.max": "1",
+        "topics": env.topic("typed"),
+        "file": str(out),
+    }
+    async with http.post(
+        f"{connect_worker.url}/connectors", json={"name": connector, "config": config}
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+    try:
+
+        async def lines() -> list[str]:
+            if not out.exists():
+                return []
+            found = out.read_text(encoding="utf-8").splitlines()
+            return found if len(found) >= len(records) else []
+
+        written = await _until(f"{len(records)} lines in {out}", lines)
+        async with http.get(f"{connect_worker.url}/connectors/{connector}/status") as resp:
+            status = await resp.json()
+        assert status["connector"]["state"] == "RUNNING", status
+        assert [t["state"] for t in status["tasks"]] == ["RUNNING"], status
+        # The converter decoded every envelope the daemon wrote into the Struct it describes.
+        assert written == [_struct_text(payload) for payload in payloads]
+        odd_line = written[[r.key for r in records].index(odd["sys_id"].encode())]
         assert re.search(f"[{{,]{odd_field}=n/a[,}}]", odd_line), odd_line
     finally:
         async with http.delete(f"{connect_worker.url}/connectors/{connector}") as resp:

@@ -360,6 +360,7 @@ async def test_record_contract_key_value_headers_timestamp_and_partition(env: En
             "snow.table": b"incident",
             "snow.timestamp": row["sys_updated_on"].encode(),
             "snow.phase": b"backfill" if sys_id in first_page else b"stream",
+            "snow.operation": b"upsert",
         }
         # Produce time, not the row's (days old) timestamp.
         assert started_ms - 1000 <= record.timestamp <= ended_ms + 1000

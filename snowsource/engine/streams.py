@@ -1,0 +1,252 @@
+"""What makes one stream differ from another: the poller's hooks (SPEC §13.6, §13.7).
+
+A poller reads keyset pages and commits offsets the same way for every stream; how a stream's
+rows become records, how far a sweep may read and how a failure is explained are its
+:class:`StreamHooks`:
+
+- :class:`TableHooks`: a table's own rows as upserts, in the shape of ``display.value``,
+  ``value.format`` and ``value.schema``. With ``value.format: typed`` the table's columns are
+  read from the dictionary when a generation starts and again when a page has a column the
+  dictionary did not list.
+- :class:`DeleteHooks`: a table's delete stream over ``sys_audit_delete``, one tombstone per audit
+  row, never reading past the high-water mark of its table's last completed sweep.
+
+The two streams of one table share a :class:`SweepMark`, the only thing they know of each
+other. :func:`stream_hooks` builds the hooks of a generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from snowsource.adapters.dictionary_reader import read_columns
+from snowsource.core.cursor import Position
+from snowsource.core.deletes import ACCESS_HINT, OPERATION_HEADER, cap_high_water
+from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.page import Emit
+from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
+from snowsource.core.retry import RetryPolicy
+from snowsource.core.table import TableSpec
+from snowsource.engine.ports import PageSource
+from snowsource.observability import metrics
+from snowsource.runtime.retrying import Attempt, retrying
+
+Headers = list[tuple[str, bytes]]
+UPSERT = (OPERATION_HEADER, b"upsert")
+DELETE = (OPERATION_HEADER, b"delete")
+
+
+class SweepMark:
+    """The high-water mark of a table's last completed sweep, for its delete stream.
+
+    In memory only: after a restart the delete stream waits for the table's first sweep again,
+    because a sweep of the previous process says nothing about what this one emitted since.
+    """
+
+    def __init__(self) -> None:
+        self.completed_hi: str | None = None
+
+    def completed(self, hi: str) -> None:
+        if self.completed_hi is None or hi > self.completed_hi:
+            self.completed_hi = hi
+
+
+class StreamHooks:
+    """The default stream: a table's rows as they are, uncapped. Subclasses change the parts."""
+
+    def __init__(self, spec: TableSpec, shaper: RecordShaper) -> None:
+        self.spec = spec
+        self.shaper = shaper
+        # The partition is the one place that says which instance and table a record is from.
+        self.headers: Headers = [
+            ("snow.instance", spec.partition.instance.encode()),
+            ("snow.table", spec.partition.table.encode()),
+            UPSERT,
+        ]
+
+    async def start(self) -> None:
+        """Called when a generation starts, before its first sweep."""
+
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Called for every non-empty page before its rows are shaped."""
+
+    def cap(self, hi: str) -> str | None:
+        """The high-water mark a sweep may read up to; None: do not sweep yet."""
+        return hi
+
+    def completed(self, hi: str) -> None:
+        """A sweep up to ``hi`` ended caught up, every record of it acknowledged."""
+
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        """Key and value of the record for ``emit`` (``headers`` and the per-record
+        ``snow.timestamp``/``snow.phase`` headers are added by the page delivery)."""
+        return emit.key, emit.value
+
+    def explain(self, error: BaseException) -> str:
+        """The diagnostic of an error that fails the stream."""
+        return str(error)
+
+
+def _shaper(spec: TableSpec) -> RecordShaper:
+    common: dict[str, Any] = {
+        "display_value": spec.display_value,
+        "exclude_reference_link": spec.exclude_reference_link,
+        "timestamp_field": spec.timestamp_field,
+        "id_field": spec.id_field,
+    }
+    if spec.value_format == "typed" or spec.value_schema == "connect":
+        return TypedShaper(
+            **common,
+            typed=spec.value_format == "typed",
+            connect_envelope=spec.value_schema == "connect",
+            schema_name=f"servicenow.{spec.name}",
+        )
+    return RecordShaper(**common)
+
+
+class TableHooks(StreamHooks):
+    """A table's own stream; it tells its delete stream (``mark``) where each sweep ended."""
+
+    def __init__(
+        self,
+        spec: TableSpec,
+        *,
+        client: PageSource,
+        retry: RetryPolicy,
+        stop: asyncio.Event,
+        mark: SweepMark | None = None,
+    ) -> None:
+        super().__init__(spec, _shaper(spec))
+        self._client = client
+        self._retry = retry
+        self._stop = stop
+        self._mark = mark
+        # Columns seen in rows and looked up already: a column the dictionary does not list
+        # (a dot-walked field, a column without a dictionary row) is asked about once.
+        self._looked_up: set[str] = set()
+        self._deletes_hi: str | None = None
+        self._log = structlog.get_logger("snowsource.engine.streams").bind(
+            table=spec.alias, snow_table=spec.name
+        )
+
+    @property
+    def _typed(self) -> TypedShaper | None:
+        shaper = self.shaper
+        return shaper if isinstance(shaper, TypedShaper) and shaper.typed else None
+
+    async def start(self) -> None:
+        if self._typed is not None:
+            self._looked_up.clear()
+            await self._read_columns(())
+
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        typed = self._typed
+        if typed is None:
+            return
+        typed.unparsed.clear()  # left by rows of the previous page that were suppressed
+        unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
+        if unknown:
+            self._log.info(
+                "unknown columns; reading the table's dictionary again", columns=sorted(unknown)
+            )
+            await self._read_columns(unknown)
+
+    async def _read_columns(self, seen: Iterable[str]) -> None:
+        typed = self._typed
+        assert typed is not None
+        async for attempt in retrying(
+            self._retry,
+            self._stop,
+            retry_if=lambda exc: isinstance(exc, RetriableError),
+            on_retry=self._retrying,
+        ):
+            with attempt:
+                found = await read_columns(self._client, self.spec.name)
+        typed.columns.clear()
+        typed.columns.update(found)
+        self._looked_up.update(seen)
+        self._log.info("table columns read", columns=len(found))
+
+    def _retrying(self, attempt: Attempt, delay: float) -> None:
+        metrics.RETRIES.labels(table=self.spec.alias).inc()
+        self._log.warning(
+            "reading the table's dictionary failed; retrying",
+            error=str(attempt.error),
+            attempt=attempt.number + 1,
+            retry_in=round(delay, 2),
+        )
+
+    def cap(self, hi: str) -> str | None:
+        # Timestamps have whole seconds: with a safety lag under one second, a row deleted in
+        # the very second of HI may have been read by this sweep just before it was deleted,
+        # and its upsert sent after the tombstone. The delete stream is told one second less.
+        lag = self.spec.safety_lag_seconds
+        self._deletes_hi = hi if lag >= 1 else Position(hi, "").minus(1).ts
+        return hi
+
+    def completed(self, hi: str) -> None:
+        if self._mark is not None and self._deletes_hi is not None:
+            self._mark.completed(self._deletes_hi)
+
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        typed = self._typed
+        if typed is not None:
+            unparsed = typed.take_unparsed(emit.id)
+            if unparsed:
+                metrics.VALUES_UNPARSED.labels(table=self.spec.alias).inc(len(unparsed))
+        return emit.key, emit.value
+
+
+class DeleteHooks(StreamHooks):
+    """A table's delete stream: tombstones on the table's topic, behind the table's sweeps."""
+
+    def __init__(self, spec: TableSpec, *, mark: SweepMark) -> None:
+        base = spec.base
+        assert base is not None, "a delete stream's spec names its table"
+        shaper = TombstoneShaper(
+            display_value="false",
+            exclude_reference_link=True,
+            timestamp_field=spec.timestamp_field,
+            id_field=spec.id_field,
+            table=base.name,
+        )
+        super().__init__(spec, shaper)
+        self._mark = mark
+        self.headers = [
+            ("snow.instance", spec.partition.instance.encode()),
+            ("snow.table", base.name.encode()),
+            DELETE,
+        ]
+
+    def cap(self, hi: str) -> str | None:
+        return cap_high_water(hi, self._mark.completed_hi)
+
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.
+        return emit.value, None
+
+    def explain(self, error: BaseException) -> str:
+        if isinstance(error, ServiceNowError) and error.status == 403:
+            return f"{error}; {ACCESS_HINT}"
+        return str(error)
+
+
+def stream_hooks(
+    specs: Iterable[TableSpec], *, client: PageSource, retry: RetryPolicy, stop: asyncio.Event
+) -> dict[str, StreamHooks]:
+    """The hooks of one generation's streams by alias; a table and its deletes share a mark."""
+    specs = list(specs)
+    marks = {spec.base.alias: SweepMark() for spec in specs if spec.base is not None}
+    hooks: dict[str, StreamHooks] = {}
+    for spec in specs:
+        if spec.base is not None:
+            hooks[spec.alias] = DeleteHooks(spec, mark=marks[spec.base.alias])
+        else:
+            hooks[spec.alias] = TableHooks(
+                spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)
+            )
+    return hooks
