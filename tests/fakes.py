@@ -7,6 +7,7 @@ Kafka behaviour use the real ones against the real broker.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,3 +175,10 @@ class FakeStore:
 
     def offset_of(self, partition: SourcePartition) -> bytes | None:
         return self.get(partition)
+
+    def written_at(self, partition: SourcePartition) -> int | None:
+        # Every value counts as written now: nothing in a fake topic predates it.
+        return int(time.time() * 1000) if self.get(partition) is not None else None
+
+    def moved_back(self, partition: SourcePartition) -> bool:
+        return False

@@ -14,9 +14,11 @@ topic deleted, the wrong cluster or name) and starting would re-emit every table
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import orjson
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -122,6 +124,17 @@ def missing_offsets_topic_message(offsets_topic: str, nonempty: list[str]) -> st
     )
 
 
+def _cursor_of(value: bytes) -> tuple[str, str] | None:
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    ts, sys_id = parsed.get("timestamp"), parsed.get("sys_id")
+    return (ts, sys_id) if isinstance(ts, str) and isinstance(sys_id, str) else None
+
+
 class OffsetStore(AsyncResource):
     """Read and write one connector's source offsets in a Connect-compatible offsets topic."""
 
@@ -150,6 +163,14 @@ class OffsetStore(AsyncResource):
         self._output_topics = None if output_topics is None else sorted(set(output_topics))
         self._allow_full_replay = allow_full_replay
         self._data: dict[bytes, bytes] = {}
+        # When each live value was written (its record's Kafka timestamp, in ms): the dedup
+        # rebuild tells a crash's leftovers from a rewound range by it.
+        self._written_ms: dict[bytes, int] = {}
+        # Per key: the highest cursor ever stored, and whether the live value lies below it.
+        # The daemon's cursor never moves back, so a live value below an earlier one was put
+        # there by an operator (rewind, set, PATCH, import) to have that range emitted again.
+        self._peak: dict[bytes, tuple[str, str]] = {}
+        self._moved_back: dict[bytes, bool] = {}
         self._warned: set[bytes] = set()  # unparseable keys already reported
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
@@ -229,9 +250,12 @@ class OffsetStore(AsyncResource):
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            isolation_level="read_uncommitted",
+            # Only committed offsets count: an aborted exactly-once transaction never moves a
+            # table, and an open one is not waited for (end offsets are its start).
+            isolation_level="read_committed",
         )
         data: dict[bytes, bytes] = {}
+        written: dict[bytes, int] = {}
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -249,10 +273,13 @@ class OffsetStore(AsyncResource):
                             data.pop(record.key, None)
                         else:
                             data[record.key] = record.value
+                            written[record.key] = record.timestamp
+                            self._track(record.key, record.value)
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
         self._data = data
+        self._written_ms = written
         for key in data:
             if key not in self._warned and parse_key(key) is None:
                 # Connect ignores such records too; they may belong to another tool.
@@ -277,6 +304,23 @@ class OffsetStore(AsyncResource):
         """The stored value under the canonical key, if any."""
         return self._data.get(encode_key(self.connector, partition))
 
+    def written_at(self, partition: SourcePartition) -> int | None:
+        """When the canonical key's live value was written (Kafka timestamp, ms), if stored."""
+        key = encode_key(self.connector, partition)
+        return self._written_ms.get(key) if key in self._data else None
+
+    def moved_back(self, partition: SourcePartition) -> bool:
+        """True when the live offset lies below a cursor stored earlier under the same key."""
+        return self._moved_back.get(encode_key(self.connector, partition), False)
+
+    def _track(self, key: bytes, value: bytes) -> None:
+        cursor = _cursor_of(value)
+        if cursor is None:
+            return
+        peak = self._peak.get(key)
+        self._moved_back[key] = peak is not None and cursor < peak
+        self._peak[key] = cursor if peak is None else max(peak, cursor)
+
     def foreign_spelling(self, partition: SourcePartition) -> StoredEntry | None:
         """A record for ``partition`` stored under non-canonical key bytes (key order, escaping)."""
         canonical = encode_key(self.connector, partition)
@@ -296,11 +340,14 @@ class OffsetStore(AsyncResource):
         """Write exact key bytes (used to tombstone a foreign spelling)."""
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
-        await self._producer.send_and_wait(self.topic, value, key=key)
+        metadata = await self._producer.send_and_wait(self.topic, value, key=key)
         if value is None:
             self._data.pop(key, None)
         else:
             self._data[key] = value
+            self._track(key, value)
+            stamp = metadata.timestamp
+            self._written_ms[key] = stamp if stamp >= 0 else int(time.time() * 1000)
 
     @property
     def num_partitions(self) -> int:

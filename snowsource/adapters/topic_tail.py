@@ -41,6 +41,7 @@ class EmittedRecord:
     id: str
     ts: str
     digest: bytes
+    produced_ms: int = 0  # the record's Kafka timestamp: when it was produced
 
 
 @dataclass
@@ -60,6 +61,34 @@ class _Window:
     table: bytes
     since: str
     slack_floor: str
+
+
+class TopicTail:
+    """The output topics' tails, as the engine's dedup-cache rebuild reads them."""
+
+    def __init__(self, conn: KafkaConnection) -> None:
+        self._conn = conn
+
+    async def read_window(
+        self,
+        topic: str,
+        *,
+        instance: str,
+        table: str,
+        since: str,
+        slack_floor: str,
+        max_scanned: int,
+    ) -> TailResult:
+        """:func:`read_window` on this connection."""
+        return await read_window(
+            self._conn,
+            topic,
+            instance=instance,
+            table=table,
+            since=since,
+            slack_floor=slack_floor,
+            max_scanned=max_scanned,
+        )
 
 
 def _header(headers: tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]], name: str) -> bytes:
@@ -186,6 +215,7 @@ async def _read_range(
                         id=record.key.decode("utf-8", "replace"),
                         ts=ts,
                         digest=digest(value) if value is not None else b"",
+                        produced_ms=record.timestamp,
                     )
                 )
     return chunk, older_seen, count

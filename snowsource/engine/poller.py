@@ -62,7 +62,7 @@ from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
-from snowsource.engine.resume import load_offset
+from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
 from snowsource.engine.streams import StreamHooks, TableHooks
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
@@ -144,10 +144,12 @@ class Poller:
         stop: StopSignal,
         hooks: StreamHooks | None = None,
         pages: PageBudget | None = None,
+        tail: OutputTail | None = None,
     ) -> None:
         self.spec = spec
         self._pages = pages
         self._sink = sink
+        self._tail = tail
         self._store = store
         self.status = TableStatus()
         self._failures = FailureTracker(self.status, spec.alias)
@@ -237,6 +239,18 @@ class Poller:
             self.spec, self._store, self._writer, stop=self._stop.event, log=self._log
         )
         start = self._begin(committed)
+        await rebuild_dedup(
+            self.spec,
+            self._tail,
+            committed,
+            self._dedup,
+            written_ms=self._store.written_at(self.spec.partition),
+            moved_back=self._store.moved_back(self.spec.partition),
+            stop=self._stop.event,
+            retry=self._retry,
+            required=False,
+            log=self._log,
+        )
         committer = self._committer
         assert committer is not None
         try:

@@ -1,24 +1,73 @@
-"""Where a table resumes: its stored offset, validated, moved to the canonical key if needed.
+"""Where a table resumes: its stored offset, and what it already wrote to Kafka.
 
 Read at every start, resume and internal restart. An offset stored under another spelling of
 the table's key is rewritten canonically (and the old spelling tombstoned); a Java connector's
 offset (legacy fingerprint) is adopted under the new partition. Both writes go through the
 table's ``OffsetWriter``, so a transient Kafka error is retried instead of failing the table.
 A refused offset is never moved, guessed at or deleted: the table FAILs naming how to reset it.
+
+Then the dedup cache is rebuilt from the output topic (``rebuild_dedup``): the first sweep
+re-reads the overlap window before the committed cursor, and every row of it that is already in
+Kafka — including, in at-least-once mode, rows acknowledged after the last offset write — would
+otherwise be produced a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
 from dataclasses import replace
+from typing import Protocol
 
 import structlog
+from aiokafka.errors import KafkaError
 
-from snowsource.core.errors import OffsetError
+from snowsource.adapters.kafka import is_retriable
+from snowsource.adapters.topic_tail import TailResult
+from snowsource.core.cursor import Position, first_sweep_start
+from snowsource.core.dedup import DedupCache
+from snowsource.core.errors import KafkaSinkError, OffsetError
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_value, validate_offset
+from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.ports import OffsetsStore
+from snowsource.observability import metrics
+from snowsource.runtime.aio import done_before
+from snowsource.runtime.retrying import Attempt, StoppedError, retrying
+
+#: The rebuild reads at most this many records per entry the cache can hold (a window holds
+#: several versions of busy rows and the re-reads of earlier restarts), and never fewer than
+#: ``MIN_SCAN``: the cap only guards against reading a whole topic.
+SCAN_PER_ENTRY = 4
+MIN_SCAN = 10_000
+
+
+class OutputTail(Protocol):
+    """Reads a table's records of the re-read window back from its output topic."""
+
+    async def read_window(
+        self,
+        topic: str,
+        *,
+        instance: str,
+        table: str,
+        since: str,
+        slack_floor: str,
+        max_scanned: int,
+    ) -> TailResult: ...
+
+
+#: An offset written within this long after its own row's record was produced was written by
+#: the daemon that produced it (the commit follows the ack), not by an operator later.
+OWN_COMMIT_WITHIN_MS = 30_000
+
+
+def scan_cap(max_entries: int) -> int:
+    """How many records a rebuild may read for a cache of ``max_entries``."""
+    return max(SCAN_PER_ENTRY * max_entries, MIN_SCAN)
 
 
 async def load_offset(
@@ -102,3 +151,135 @@ async def _adopt_legacy(
         cursor_id=adopted.sys_id,
     )
     return value
+
+
+async def rebuild_dedup(
+    spec: TableSpec,
+    tail: OutputTail | None,
+    committed: SourceOffset | None,
+    cache: DedupCache,
+    *,
+    written_ms: int | None,
+    moved_back: bool = False,
+    stop: asyncio.Event,
+    retry: RetryPolicy,
+    required: bool,
+    log: structlog.typing.FilteringBoundLogger,
+) -> None:
+    """Fill ``cache`` with what the table already emitted inside its re-read window.
+
+    Records up to the committed cursor are always remembered. Records *after* it are in the
+    topic for one of two reasons, and only the first may suppress anything: a crash between
+    their acknowledgement and the next offset write, or an operator who moved the offset back
+    (``offsets rewind/set``, PATCH) to have that range emitted again. They are told apart by
+    ``written_ms``, when the committed offset was written, and ``moved_back``, whether it lies
+    below a cursor stored earlier (the daemon's cursor never moves back): records produced
+    after it, or an offset written right after its own row's record (the daemon's commit) that
+    did not move back, mean a crash.
+
+    Without a committed offset there is nothing to rebuild: the table starts from
+    ``start.timestamp`` and has never written (a replay allowed with ``--allow-full-replay``
+    re-emits, which is what was asked for). Transient Kafka errors are retried until ``stop``.
+    A read Kafka refuses (no Read ACL on the output topic) is a WARN in at-least-once mode
+    (the overlap window may come once more, as in release 0.1) and, when ``required``
+    (exactly-once, whose promise depends on it), fails the table.
+    """
+    if tail is None or committed is None or cache.max_entries == 0:
+        return
+    cursor = Position(committed.timestamp, committed.sys_id)
+    since = first_sweep_start(cursor, spec.overlap_seconds, spec.start_timestamp).ts
+    # Earlier restarts re-read one overlap before their own cursor: a record that old may sit
+    # after records of the window, so the backward walk may only stop below this floor.
+    slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
+    began = time.monotonic()
+
+    def warn(attempt: Attempt, delay: float) -> None:
+        log.warning(
+            "reading the output topic back failed; retrying",
+            topic=spec.topic,
+            error=repr(attempt.error),
+            retry_in=round(delay, 2),
+        )
+
+    try:
+        async for attempt in retrying(retry, stop, retry_if=is_retriable, on_retry=warn):
+            with attempt:
+                result = await _unless_stopped(
+                    tail.read_window(
+                        spec.topic,
+                        instance=spec.partition.instance,
+                        table=spec.partition.table,
+                        since=since,
+                        slack_floor=slack_floor,
+                        max_scanned=scan_cap(cache.max_entries),
+                    ),
+                    stop,
+                )
+    except KafkaError as exc:
+        if required:
+            raise KafkaSinkError(
+                f"{spec.describe}: reading its output topic {spec.topic!r} back failed: {exc!r}; "
+                f"exactly.once needs to read what the table already wrote: grant this "
+                f"principal Read (and Describe) on topic {spec.topic!r}"
+            ) from exc
+        log.warning(
+            "could not read the output topic back; rows of the re-read window may be emitted "
+            "once more (grant Read and Describe on the topic to avoid it)",
+            topic=spec.topic,
+            error=repr(exc),
+        )
+        return
+    beyond = not moved_back and _beyond_cursor_is_emitted(result, cursor, written_ms)
+    before = cache.evictions_by_cap
+    skipped = 0
+    for record in result.records:
+        produced_after = written_ms is not None and record.produced_ms >= written_ms
+        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
+            cache.remember(record.id, record.ts, record.digest)
+        else:
+            skipped += 1
+    evicted = cache.evictions_by_cap - before
+    fields = {
+        "topic": spec.topic,
+        "since": since,
+        "records": len(result.records),
+        "ids": len(cache),
+        "rewound": skipped,
+        "scanned": result.scanned,
+        "complete": result.complete,
+        "duration_s": round(time.monotonic() - began, 3),
+    }
+    if evicted:
+        metrics.DEDUP_EVICTIONS.labels(table=spec.alias).inc(evicted)
+        log.warning(
+            "dedup cache rebuilt from the output topic, but the re-read window holds more ids "
+            "than dedup.max.entries: the oldest may be emitted once more (raise "
+            "dedup.max.entries)",
+            evicted=evicted,
+            max_entries=cache.max_entries,
+            **fields,
+        )
+    else:
+        log.info("dedup cache rebuilt from the output topic", **fields)
+
+
+def _beyond_cursor_is_emitted(result: TailResult, cursor: Position, written_ms: int | None) -> bool:
+    """True when the committed offset was written by the daemon right after producing its own
+    row (so every record after the cursor is a crash's leftover, not a rewound range)."""
+    if written_ms is None or not cursor.id:
+        return False
+    for record in result.records:
+        if record.id == cursor.id and record.ts == cursor.ts:
+            return 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS
+    return False
+
+
+async def _unless_stopped(work: Awaitable[TailResult], stop: asyncio.Event) -> TailResult:
+    """``work``'s result; abandoned (cancelled, its clients closed) when stop is requested."""
+    task = asyncio.ensure_future(work)
+    if not await done_before(task, stop):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise StoppedError("stop requested while reading the output topic back")
+    return task.result()

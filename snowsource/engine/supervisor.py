@@ -29,6 +29,7 @@ from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.settings import Settings, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
@@ -356,6 +357,7 @@ class Daemon:
                     stop=stop,
                     hooks=hooks[spec.alias],
                     pages=pages,
+                    tail=TopicTail(self._conn),
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)
