@@ -3,7 +3,9 @@
 This is the object tests hold (``docs/dev/emulator-api.md``). It owns the state; the HTTP layer
 (``tableapi``, ``app``) only reads it through the query methods at the bottom. All writes go
 through :meth:`Emulator.insert`, :meth:`Emulator.update` and :meth:`Emulator.delete`, which stamp
-the system fields from the emulator clock.
+the system fields from the emulator clock; those live in :mod:`snowsource.emulator.mutations`
+and the table/row/field ACLs in :mod:`snowsource.emulator.access`, both mixed into
+:class:`Emulator`, so every method is still called on the emulator itself.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ import contextlib
 import dataclasses
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import orjson
-
 from snowsource.emulator import seeding
+from snowsource.emulator.access import AccessRules, RowPredicate
 from snowsource.emulator.auth import Auth, OAuthClient, User
-from snowsource.emulator.clock import Clock, stamp
+from snowsource.emulator.clock import Clock
 from snowsource.emulator.encoded_query import FieldType
 from snowsource.emulator.faults import Faults
 from snowsource.emulator.journal import Journal, Request
+from snowsource.emulator.mutations import RowWrites
 from snowsource.emulator.ratelimit import RateLimiter, RateLimitRule
 from snowsource.emulator.schema import FIELD_TYPES, Field, TableDef, builtin_tables
 from snowsource.emulator.store import Store
@@ -33,7 +35,6 @@ from snowsource.emulator.views import ViewDef, make_view, view_rows
 if TYPE_CHECKING:
     from aiohttp import web
 
-RowPredicate = Callable[[Mapping[str, str]], bool]
 DEFAULT_DATE_FORMAT = "yyyy-MM-dd"
 DEFAULT_TIME_FORMAT = "HH:mm:ss"
 
@@ -47,18 +48,7 @@ class UserPrefs:
     time_format: str
 
 
-def _text(value: object) -> str:
-    """Store any Python value the way ServiceNow would show it: as a string."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        return stamp(value if value.tzinfo else value.replace(tzinfo=UTC))
-    return str(value)
-
-
-class Emulator:
+class Emulator(RowWrites, AccessRules):
     """An in-memory ServiceNow instance serving the Table API (see ``docs/dev/emulator-api.md``).
 
     ``user=""`` turns authentication off (requests then act as an ``admin`` user with the given
@@ -360,188 +350,6 @@ class Emulator:
                     visible_at=when,
                 )
 
-    # --- writes -------------------------------------------------------------------------------
-
-    def new_sys_id(self) -> str:
-        """A fresh 32-hex lowercase sys_id (deterministic for the emulator's seed)."""
-        return f"{self._rng.getrandbits(128):032x}"
-
-    def _writable(self, table: str) -> TableDef:
-        if table in self.views:
-            raise ValueError(f"{table} is a database view: views are read-only")
-        tdef = self.tables.get(table)
-        if tdef is None:
-            raise KeyError(f"unknown table {table}")
-        return tdef
-
-    def insert(
-        self,
-        table: str,
-        values: Mapping[str, object] | None = None,
-        *,
-        at: datetime | None = None,
-        visible_at: datetime | None = None,
-        by: str = "system",
-    ) -> dict[str, str]:
-        """Insert a row stamped ``at`` (default: now), invisible to queries before ``visible_at``.
-
-        Unset fields are ``""``; ``number``, ``active``, ``opened_at`` and the system fields get
-        defaults. Explicit values win, so back-dated ``sys_updated_on`` rows can be written.
-        Returns the stored row.
-        """
-        tdef = self._writable(table)
-        now = self.clock.now()
-        when = at or now
-        # Seeding inserts a million rows through here: strings (nearly every value) skip _text.
-        given = {k: v if type(v) is str else _text(v) for k, v in (values or {}).items()}
-        unknown = given.keys() - tdef.fields.keys()
-        if unknown:
-            raise ValueError(f"unknown field(s) for {table}: {', '.join(sorted(unknown))}")
-        row = dict.fromkeys(tdef.fields, "")
-        sys_id = given.get("sys_id") or self.new_sys_id()
-        if self.store.table_of(sys_id) is not None:
-            raise ValueError(f"sys_id {sys_id} already exists")
-        when_text = stamp(when)
-        defaults = {
-            "sys_id": sys_id,
-            "sys_created_on": when_text,
-            "sys_created_by": by,
-            "sys_updated_on": when_text,
-            "sys_updated_by": by,
-            "sys_mod_count": "0",
-            "sys_class_name": table,
-            "sys_domain": "global",
-            "sys_domain_path": "/",
-            "active": "true",
-            "opened_at": when_text,
-        }
-        for key, default in defaults.items():
-            if key in row:
-                row[key] = default
-        if tdef.number_prefix and "number" in row and not given.get("number"):
-            counter = self._numbers.get(tdef.number_prefix, 10000) + 1
-            self._numbers[tdef.number_prefix] = counter
-            row["number"] = f"{tdef.number_prefix}{counter:07d}"
-        row.update(given)
-        now_ts = now.timestamp()
-        visible_from = visible_at.timestamp() if visible_at is not None else now_ts
-        self.store.put(table, sys_id, row, visible_from=visible_from, now=now_ts)
-        self._ids[table].append(sys_id)
-        return dict(row)
-
-    def update(
-        self,
-        table: str,
-        sys_id: str,
-        values: Mapping[str, object],
-        *,
-        at: datetime | None = None,
-        visible_at: datetime | None = None,
-        auto_sys_fields: bool = True,
-        by: str = "system",
-    ) -> dict[str, str]:
-        """Update a row: ``sys_updated_on`` = ``at`` (default now), ``sys_mod_count`` + 1.
-
-        ``auto_sys_fields=False`` is GlideRecord's ``autoSysFields(false)``: no system field
-        moves, so timestamp readers never see the change. Until ``visible_at`` queries still
-        see the previous version. Returns the new stored row.
-        """
-        self._writable(table)
-        now = self.clock.now()
-        current = self.store.latest(table, sys_id)
-        concrete = self.store.table_of(sys_id)
-        if current is None or concrete is None:
-            raise KeyError(f"no row {sys_id} in {table}")
-        tdef = self.tables[concrete]
-        given = {k: _text(v) for k, v in values.items()}
-        unknown = set(given) - set(tdef.fields)
-        if unknown:
-            raise ValueError(f"unknown field(s) for {concrete}: {', '.join(sorted(unknown))}")
-        if given.get("sys_id", sys_id) != sys_id:
-            raise ValueError("sys_id cannot change")
-        row = dict(current)
-        if auto_sys_fields and "sys_updated_on" in row:
-            row["sys_updated_on"] = stamp(at or now)
-            row["sys_updated_by"] = by
-            row["sys_mod_count"] = str(int(row.get("sys_mod_count") or "0") + 1)
-        row.update(given)
-        visible_from = (visible_at or now).timestamp()
-        self.store.put(concrete, sys_id, row, visible_from=visible_from, now=now.timestamp())
-        return dict(row)
-
-    def delete(
-        self, table: str, sys_id: str, *, at: datetime | None = None, by: str = "system"
-    ) -> None:
-        """Delete a row; writes a ``sys_audit_delete`` row unless the table is no_audit_delete."""
-        self._writable(table)
-        now = self.clock.now()
-        current = self.store.latest(table, sys_id)
-        concrete = self.store.table_of(sys_id)
-        if current is None or concrete is None:
-            raise KeyError(f"no row {sys_id} in {table}")
-        tdef = self.tables[concrete]
-        self.store.put(concrete, sys_id, None, visible_from=now.timestamp(), now=now.timestamp())
-        if not tdef.no_audit_delete:
-            self.insert(
-                "sys_audit_delete",
-                {
-                    "tablename": concrete,
-                    "documentkey": sys_id,
-                    "display_value": current.get(tdef.display_field, ""),
-                    "payload": orjson.dumps(current).decode(),
-                },
-                at=at,
-                by=by,
-            )
-
-    def burst(
-        self,
-        table: str,
-        n: int,
-        *,
-        at: datetime | None = None,
-        values: Mapping[str, object] | None = None,
-        visible_at: datetime | None = None,
-    ) -> list[dict[str, str]]:
-        """``n`` inserts stamped in the same second ``at`` (realistic values unless given)."""
-        when = at or self.clock.now()
-        users = [u["sys_id"] for u in self.rows("sys_user")]
-        out: list[dict[str, str]] = []
-        for _ in range(n):
-            generated: dict[str, str] = {}
-            if table == "incident":
-                generated = seeding.incident_values(self._rng, users, [], when)
-            elif table == "change_request":
-                generated = seeding.change_values(self._rng, users, [], when)
-            merged: dict[str, object] = {**generated, **(values or {})}
-            out.append(self.insert(table, merged, at=when, visible_at=visible_at))
-        return out
-
-    def get(self, table: str, sys_id: str) -> dict[str, str] | None:
-        """The newest stored version of one row (visible or not), None when absent or deleted."""
-        row = self.store.latest(table, sys_id)
-        return dict(row) if row is not None else None
-
-    def rows(self, table: str) -> list[dict[str, str]]:
-        """Raw stored values of every row of ``table`` and its child tables, visible or not."""
-        view = self.views.get(table)
-        if view is not None:
-            return view_rows(view, self.store.latest_rows, self.tables)
-        if table not in self.tables:
-            raise KeyError(f"unknown table {table}")
-        return [dict(r) for r in self.store.latest_rows(table)]
-
-    def random_sys_id(self, table: str, rng: random.Random) -> str | None:
-        """A random existing sys_id of ``table`` (None when it is empty); used by activity."""
-        ids = self._ids.get(table, [])
-        for _ in range(8):
-            if not ids:
-                return None
-            sys_id = ids[rng.randrange(len(ids))]
-            if self.store.latest(table, sys_id) is not None:
-                return sys_id
-        return None
-
     # --- seeding and activity -----------------------------------------------------------------
 
     def seed(
@@ -620,49 +428,7 @@ class Emulator:
 
         return make_app(self)
 
-    # --- access rules -------------------------------------------------------------------------
-
-    def deny_table(self, user: str, table: str) -> None:
-        """Table-level ACL: every read of ``table`` by ``user`` gets 403."""
-        self._denied.add((user, table))
-
-    def is_denied(self, user: User, table: str) -> bool:
-        """Whether a table-level ACL refuses ``table`` to ``user``."""
-        return (user.name, table) in self._denied
-
-    def hide_rows(self, table: str, predicate: RowPredicate, *, user: str | None = None) -> None:
-        """Row-level ACL: rows where ``predicate(raw_row)`` is true are dropped AFTER the limit.
-
-        ``user=None`` applies to everyone. The count (``X-Total-Count``) still includes them.
-        """
-        self._row_acls.append((table, user, predicate))
-
-    def hide_field(self, table: str, field: str, *, user: str | None = None) -> None:
-        """Field-level ACL: ``field`` is omitted from responses (for ``user``, or everyone)."""
-        self._field_acls.append((table, user, field))
-
-    def clear_acls(self) -> None:
-        """Remove every table, row and field ACL."""
-        self._denied.clear()
-        self._row_acls.clear()
-        self._field_acls.clear()
-
-    def row_acl(self, table: str, user: User) -> RowPredicate | None:
-        """One predicate hiding rows of ``table`` from ``user`` (None when nothing is hidden)."""
-        family = {t.name for t in self.tables[table].lineage()} if table in self.tables else {table}
-        preds = [p for t, u, p in self._row_acls if t in family and u in (None, user.name)]
-        if not preds:
-            return None
-        if len(preds) == 1:
-            return preds[0]
-        return lambda row: any(p(row) for p in preds)
-
-    def hidden_fields(self, table: str, user: User) -> frozenset[str]:
-        """Fields of ``table`` hidden from ``user`` by field ACLs."""
-        family = {t.name for t in self.tables[table].lineage()} if table in self.tables else {table}
-        return frozenset(
-            f for t, u, f in self._field_acls if t in family and u in (None, user.name)
-        )
+    # --- domains, replica lag, rate limits and request hooks ----------------------------------
 
     def set_domains(self, user: str, domains: Iterable[str]) -> None:
         """The domains ``user`` is configured for (``("global",)`` sees everything)."""

@@ -1,8 +1,9 @@
-"""Encoded-query parser and evaluator for the ServiceNow Table API emulator.
+"""Encoded-query parser and query model for the ServiceNow Table API emulator.
 
 Pure code, no I/O. A ``sysparm_query`` string is parsed once into a :class:`ParsedQuery` whose
-conditions are compiled into closures, so filtering a 100k-row table costs a few dictionary
-lookups and string comparisons per row, never a regular expression.
+conditions are compiled into closures (built by :mod:`snowsource.emulator.query_eval`), so
+filtering a 100k-row table costs a few dictionary lookups and string comparisons per row, never a
+regular expression.
 
 Grammar (``servicenow-table-api.md`` §2):
 
@@ -51,13 +52,27 @@ helper operators (``ON``, ``NOTON``, ``DATEPART``, ``RELATIVE*``, ``MORETHAN``, 
 from __future__ import annotations
 
 import dataclasses
-import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 from zoneinfo import ZoneInfo
+
+from snowsource.emulator.query_eval import (
+    ASCII_WS,
+    DATE_ONLY,
+    JAVASCRIPT,
+    UNSUPPORTED_KEYWORDS,
+    FieldType,
+    Predicate,
+    QueryError,
+    Row,
+    always,
+    combined_key,
+    compile_condition,
+    field_compare_test,
+    never,
+    sort_key,
+)
 
 __all__ = [
     "AndGroup",
@@ -72,16 +87,7 @@ __all__ = [
     "parse_encoded_query",
 ]
 
-FieldType = Literal[
-    "string", "integer", "decimal", "boolean", "datetime", "reference", "choice", "sys_id"
-]
-Row = Mapping[str, str]
-Predicate = Callable[[Row], bool]
 R = TypeVar("R", bound=Mapping[str, str])
-
-
-class QueryError(ValueError):
-    """The encoded query cannot be parsed or uses something the emulator does not support."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,18 +119,10 @@ AndGroup = tuple[OrChain, ...]
 """OR-chains joined by ``^``: all must hold. An empty group matches every row."""
 
 
-def _always(_row: Row) -> bool:
-    return True
-
-
-def _never(_row: Row) -> bool:
-    return False
-
-
 def _compile_chain(chain: OrChain) -> Predicate:
     tests = tuple(c.test for c in chain)
     if not tests:
-        return _never
+        return never
     if len(tests) == 1:
         return tests[0]
 
@@ -140,7 +138,7 @@ def _compile_chain(chain: OrChain) -> Predicate:
 def _compile_group(group: AndGroup) -> Predicate:
     tests = tuple(_compile_chain(chain) for chain in group)
     if not tests:
-        return _always
+        return always
     if len(tests) == 1:
         return tests[0]
 
@@ -177,9 +175,9 @@ class ParsedQuery:
 
     def __post_init__(self) -> None:
         if self.matches_nothing:
-            matcher: Predicate = _never
+            matcher: Predicate = never
         elif not self.groups:
-            matcher = _always
+            matcher = always
         else:
             tests = tuple(_compile_group(group) for group in self.groups)
             if len(tests) == 1:
@@ -218,10 +216,10 @@ class ParsedQuery:
             while start > 0 and keys[start - 1].descending == descending:
                 start -= 1
             parts = [
-                _sort_key(keys[i].field, self.order_types[i] if i < len(self.order_types) else "")
+                sort_key(keys[i].field, self.order_types[i] if i < len(self.order_types) else "")
                 for i in range(start, end)
             ]
-            out.sort(key=_combined_key(parts), reverse=descending)
+            out.sort(key=combined_key(parts), reverse=descending)
             end = start
         return out
 
@@ -236,133 +234,9 @@ def literal_operand(condition: Condition) -> str | None:
     ``None`` for a ``javascript:`` operand or a date-only one (both are rewritten first).
     """
     operand = condition.operand
-    if operand[: len(_JAVASCRIPT)].lower() == _JAVASCRIPT or _DATE_ONLY.fullmatch(operand):
+    if operand[: len(JAVASCRIPT)].lower() == JAVASCRIPT or DATE_ONLY.fullmatch(operand):
         return None
     return operand
-
-
-# --- values -----------------------------------------------------------------------------------
-
-_NUMERIC_TYPES = frozenset({"integer", "decimal"})
-_DECIMAL_SHAPE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_BOOLEANS = {"true": "true", "1": "true", "false": "false", "0": "false"}
-_JAVASCRIPT = "javascript:"
-_DATE_GENERATE = re.compile(
-    r"""javascript:\s*gs\.dateGenerate\(\s*(['"])([0-9]{4}-[0-9]{2}-[0-9]{2})\1\s*,"""
-    r"""\s*(['"])([0-9]{2}:[0-9]{2}:[0-9]{2}|start|end)\3\s*\)\s*;?\s*"""
-)
-_ASCII_WS = " \t\n\v\f\r"
-
-Number = int | Decimal
-
-
-def _number(value: str) -> Number | None:
-    """Parse a stored numeric value; ``None`` when it is not a plain number."""
-    # int() alone would accept "1_000", surrounding spaces and non-ASCII digits.
-    if (
-        not value
-        or not value.isascii()
-        or "_" in value
-        or value[0] in _ASCII_WS
-        or value[-1] in _ASCII_WS
-    ):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    if _DECIMAL_SHAPE.fullmatch(value) is None:
-        return None
-    return Decimal(value)
-
-
-def _bool(value: str) -> str:
-    return _BOOLEANS.get(value.lower(), value)
-
-
-def _resolve_javascript(value: str, user_tz: ZoneInfo) -> str:
-    """Evaluate a ``javascript:`` operand; only ``gs.dateGenerate`` is emulated."""
-    if value[: len(_JAVASCRIPT)].lower() != _JAVASCRIPT:
-        return value
-    match = _DATE_GENERATE.fullmatch(value)
-    if match is None:
-        raise QueryError(
-            f"unsupported javascript: operand {value!r} (the emulator only evaluates "
-            "gs.dateGenerate('YYYY-MM-DD','HH:MM:SS'))"
-        )
-    day_text, time_text = match.group(2), match.group(4)
-    time_text = {"start": "00:00:00", "end": "23:59:59"}.get(time_text, time_text)
-    try:
-        local = datetime.combine(
-            date.fromisoformat(day_text), time.fromisoformat(time_text), tzinfo=user_tz
-        )
-    except ValueError as exc:
-        raise QueryError(f"invalid date in {value!r}: {exc}") from exc
-    u = local.astimezone(UTC)
-    return f"{u.year:04d}-{u.month:02d}-{u.day:02d} {u.hour:02d}:{u.minute:02d}:{u.second:02d}"
-
-
-def _operand_value(value: str, ftype: FieldType, user_tz: ZoneInfo) -> str:
-    value = _resolve_javascript(value, user_tz)
-    if ftype == "datetime" and _DATE_ONLY.fullmatch(value):
-        return value + " 00:00:00"
-    return value
-
-
-def _split_list(text: str) -> list[str]:
-    """Split an ``IN`` list on commas, except inside quotes or parentheses (dateGenerate args)."""
-    if _JAVASCRIPT not in text.lower():
-        return [item.strip(_ASCII_WS) for item in text.split(",")]
-    items: list[str] = []
-    current: list[str] = []
-    depth = 0
-    quote = ""
-    for char in text:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth = max(depth - 1, 0)
-        elif char == "," and depth == 0:
-            items.append("".join(current).strip(_ASCII_WS))
-            current = []
-            continue
-        current.append(char)
-    items.append("".join(current).strip(_ASCII_WS))
-    return items
-
-
-SortKey = Callable[[Row], Any]  # Any: a str, or a (rank, number, str) tuple for numbers
-
-
-def _sort_key(name: str, ftype: str) -> SortKey:
-    if ftype not in _NUMERIC_TYPES:
-        # "" is the smallest string, so empty values come first without special-casing.
-        return lambda row: row.get(name, "")
-
-    def numeric_key(row: Row) -> tuple[int, Number, str]:
-        value = row.get(name, "")
-        if value == "":
-            return (0, 0, "")
-        number = _number(value)
-        if number is None:
-            return (2, 0, value)
-        return (1, number, "")
-
-    return numeric_key
-
-
-def _combined_key(parts: list[SortKey]) -> SortKey:
-    if len(parts) == 1:
-        return parts[0]
-    if len(parts) == 2:
-        first, second = parts
-        return lambda row: (first(row), second(row))
-    return lambda row: tuple(part(row) for part in parts)
 
 
 # --- operators --------------------------------------------------------------------------------
@@ -374,32 +248,13 @@ _SUPPORTED_KEYWORDS = (
     "EMPTYSTRING", "ANYTHING", "BETWEEN", "SAMEAS", "NSAMEAS", "GT_FIELD", "LT_FIELD",
     "GT_OR_EQUALS_FIELD", "LT_OR_EQUALS_FIELD"
 )  # fmt: skip
-# Recognised so that e.g. ``sys_class_nameINSTANCEOFtask`` is refused instead of being misread
-# as ``IN`` with the operand ``STANCEOFtask``.
-_UNSUPPORTED_KEYWORDS = (
-    "ON", "NOTON", "DATEPART", "RELATIVEGT", "RELATIVELT", "RELATIVEGE", "RELATIVELE",
-    "RELATIVEEE", "MORETHAN", "LESSTHAN", "DYNAMIC", "INSTANCEOF", "IN_HIERARCHY", "VALCHANGES",
-    "CHANGESFROM", "CHANGESTO"
-)  # fmt: skip
-# Longest first, so ISNOTEMPTY wins over ISEMPTY and IN_HIERARCHY over IN at one position.
-_KEYWORDS = tuple(sorted((*_SUPPORTED_KEYWORDS, *_UNSUPPORTED_KEYWORDS), key=len, reverse=True))
+_KEYWORDS = tuple(sorted((*_SUPPORTED_KEYWORDS, *UNSUPPORTED_KEYWORDS), key=len, reverse=True))
 _FIELD_PREFIX = re.compile(r"[A-Za-z0-9_.]*")
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_.]+")
 _RESERVED_PREFIXES = (
     "RLQUERY", "ENDRLQUERY", "SUBQUERY", "ENDSUBQUERY", "123TEXTQUERY321", "IR_AND_OR_QUERY",
     "IR_OR_QUERY", "IR_AND_QUERY"
 )  # fmt: skip
-# Any: operator.lt & co. compare numbers with numbers and strings with strings.
-_ORDERED: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "GT_FIELD": operator.gt,
-    "LT_FIELD": operator.lt,
-    "GT_OR_EQUALS_FIELD": operator.ge,
-    "LT_OR_EQUALS_FIELD": operator.le,
-}
 _FIELD_COMPARE = frozenset(
     {"SAMEAS", "NSAMEAS", "GT_FIELD", "LT_FIELD", "GT_OR_EQUALS_FIELD", "LT_OR_EQUALS_FIELD"}
 )
@@ -434,144 +289,6 @@ def _split_condition(text: str, field_type: Callable[[str], FieldType | None]) -
     return text[:index], op, text[index + len(op) :], None
 
 
-def _ordered_test(name: str, ftype: FieldType, op: str, target_text: str) -> Predicate:
-    """``<``, ``<=``, ``>`` or ``>=`` against a constant; empty/non-numeric values never match."""
-    if ftype in _NUMERIC_TYPES:
-        target = _number(target_text)
-        if target is None:
-            return _never
-        compare = _ORDERED[op]
-
-        def numeric(row: Row) -> bool:
-            number = _number(row.get(name, ""))
-            return number is not None and compare(number, target)
-
-        return numeric
-    # One closure per operator, without an operator.* call: this is the keyset cursor's hot path.
-    if op == "<":
-        return lambda row: (value := row.get(name, "")) != "" and value < target_text
-    if op == "<=":
-        return lambda row: (value := row.get(name, "")) != "" and value <= target_text
-    if op == ">":
-        return lambda row: (value := row.get(name, "")) != "" and value > target_text
-    return lambda row: (value := row.get(name, "")) != "" and value >= target_text
-
-
-def _equals_test(name: str, ftype: FieldType, target: str) -> Predicate:
-    if ftype == "boolean":
-        wanted = _bool(target)
-        return lambda row: _bool(row.get(name, "")) == wanted
-    if ftype in _NUMERIC_TYPES:
-        number = _number(target)
-        if number is not None:
-
-            def numeric(row: Row) -> bool:
-                value = row.get(name, "")
-                if value == target:
-                    return True
-                parsed = _number(value)
-                return parsed is not None and parsed == number
-
-            return numeric
-    return lambda row: row.get(name, "") == target
-
-
-def _in_test(name: str, ftype: FieldType, items: list[str]) -> Predicate:
-    if ftype == "boolean":
-        wanted = frozenset(_bool(item) for item in items)
-        return lambda row: _bool(row.get(name, "")) in wanted
-    texts = frozenset(items)
-    if ftype in _NUMERIC_TYPES:
-        numbers = frozenset(n for n in map(_number, items) if n is not None)
-
-        def numeric(row: Row) -> bool:
-            value = row.get(name, "")
-            return value in texts or _number(value) in numbers
-
-        return numeric
-    return lambda row: row.get(name, "") in texts
-
-
-def _key(value: str, ftype: FieldType) -> Number | str | None:
-    """Ordering key of a value, ``None`` when it takes part in no ordered comparison."""
-    if ftype in _NUMERIC_TYPES:
-        return _number(value)
-    return value if value != "" else None
-
-
-def _same(left: str, right: str, ftype: FieldType) -> bool:
-    if ftype == "boolean":
-        return _bool(left) == _bool(right)
-    if left == right:
-        return True
-    if ftype in _NUMERIC_TYPES:
-        number = _number(left)
-        return number is not None and number == _number(right)
-    return False
-
-
-def _field_compare_test(name: str, op: str, other: str, ftype: FieldType) -> Predicate:
-    if op in ("SAMEAS", "NSAMEAS"):
-        negate = op == "NSAMEAS"
-        return lambda row: _same(row.get(name, ""), row.get(other, ""), ftype) != negate
-    compare = _ORDERED[op]
-
-    def ordered(row: Row) -> bool:
-        left = _key(row.get(name, ""), ftype)
-        right = _key(row.get(other, ""), ftype)
-        return left is not None and right is not None and bool(compare(left, right))
-
-    return ordered
-
-
-def _compile_condition(
-    name: str, op: str, operand: str, ftype: FieldType, user_tz: ZoneInfo
-) -> Predicate:
-    if op in _UNSUPPORTED_KEYWORDS:
-        raise QueryError(f"operator {op} is not supported by the emulator")
-    if op in ("ISEMPTY", "EMPTYSTRING"):
-        return lambda row: row.get(name, "") == ""
-    if op == "ISNOTEMPTY":
-        return lambda row: row.get(name, "") != ""
-    if op == "ANYTHING":
-        return _always
-    if op == "=":
-        return _equals_test(name, ftype, _operand_value(operand, ftype, user_tz))
-    if op == "!=":
-        target = _operand_value(operand, ftype, user_tz)
-        if target == "":
-            return lambda row: row.get(name, "") != ""
-        equals = _equals_test(name, ftype, target)
-        # ServiceNow documents that != also matches empty (NULL) values.
-        return lambda row: row.get(name, "") == "" or not equals(row)
-    if op in ("<", "<=", ">", ">="):
-        target = _operand_value(operand, ftype, user_tz)
-        return _ordered_test(name, ftype, op, target)
-    if op in ("IN", "NOT IN"):
-        items = [_operand_value(item, ftype, user_tz) for item in _split_list(operand)]
-        member = _in_test(name, ftype, items)
-        if op == "IN":
-            return member
-        return lambda row: row.get(name, "") == "" or not member(row)
-    if op in ("LIKE", "NOT LIKE", "STARTSWITH", "ENDSWITH"):
-        needle = _resolve_javascript(operand, user_tz)
-        if op == "LIKE":
-            return lambda row: needle in row.get(name, "")
-        if op == "NOT LIKE":
-            return lambda row: (value := row.get(name, "")) == "" or needle not in value
-        if op == "STARTSWITH":
-            return lambda row: row.get(name, "").startswith(needle)
-        return lambda row: row.get(name, "").endswith(needle)
-    if op == "BETWEEN":
-        bounds = operand.split("@")
-        if len(bounds) != 2:
-            raise QueryError(f"BETWEEN needs 'low@high', got {operand!r}")
-        low = _ordered_test(name, ftype, ">=", _operand_value(bounds[0], ftype, user_tz))
-        high = _ordered_test(name, ftype, "<=", _operand_value(bounds[1], ftype, user_tz))
-        return lambda row: low(row) and high(row)
-    raise QueryError(f"operator {op} is not supported by the emulator")  # pragma: no cover
-
-
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -599,18 +316,18 @@ def parse_encoded_query(
     dropped: list[str] = []
 
     for raw in query.split("^"):
-        term = raw.strip(_ASCII_WS)
+        term = raw.strip(ASCII_WS)
         if term.startswith("NQ"):
             groups.append([])
             written.append(False)
-            term = term[2:].strip(_ASCII_WS)
+            term = term[2:].strip(ASCII_WS)
         if not term or term == "EQ":
             continue
         if term.startswith(_RESERVED_PREFIXES):
             raise QueryError(f"unsupported query construct {term!r} in the emulator")
         if term.startswith("ORDERBY"):
             descending = term.startswith("ORDERBYDESC")
-            name = term[len("ORDERBYDESC") if descending else len("ORDERBY") :].strip(_ASCII_WS)
+            name = term[len("ORDERBYDESC") if descending else len("ORDERBY") :].strip(ASCII_WS)
             ftype = field_type(name) if _FIELD_NAME.fullmatch(name) else None
             if ftype is None:
                 ignored_order_by.append(term)
@@ -620,7 +337,7 @@ def parse_encoded_query(
             continue
         dependent = term.startswith("OR")
         if dependent:
-            term = term[2:].strip(_ASCII_WS)
+            term = term[2:].strip(ASCII_WS)
             if not term:
                 continue
         written[-1] = True
@@ -657,10 +374,10 @@ def _parse_condition(
         return None
     op = _ALIASES.get(op, op)
     if op in _FIELD_COMPARE:
-        other = operand.strip(_ASCII_WS)
+        other = operand.strip(ASCII_WS)
         if not _FIELD_NAME.fullmatch(other) or field_type(other) is None:
             return None
-        test = _field_compare_test(name, op, other, ftype)
+        test = field_compare_test(name, op, other, ftype)
     else:
-        test = _compile_condition(name, op, operand, ftype, user_tz)
+        test = compile_condition(name, op, operand, ftype, user_tz)
     return Condition(text=text, field=name, operator=op, operand=operand, test=test)
