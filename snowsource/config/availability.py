@@ -1,9 +1,9 @@
 """Keys whose feature is announced but not shipped yet: refused at load, never silently ignored.
 
-A user who sets ``exactly.once: true`` expects exactly-once delivery; accepting the key while the
-daemon still delivers at least once would be a silent lie. Each entry is a ``(key, value)``
-pair; a key is looked up at the top level and in every table. Delete the entry in the change
-that ships the feature.
+A user who sets ``tasks.assignment: group`` expects tables shared by the group; accepting the
+key while the daemon still assigns tables statically would be a silent lie. Each entry is a
+``(key, value)`` pair; a key is looked up at the top level and in every table. Delete the entry
+in the change that ships the feature.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from typing import Any, Final
 
 from snowsource.config.models import Settings, yaml_key
 
-NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (
-    ("exactly.once", True),
-    ("tasks.assignment", "group"),
-)
+NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (("tasks.assignment", "group"),)
 
 
 def _shown(value: object) -> str:

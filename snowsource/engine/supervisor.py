@@ -35,15 +35,18 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.budget import PageBudget, page_slots
+from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
+from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
     secret_value,
     snow_auth,
     snow_client,
+    table_deliveries,
     table_spec,
 )
 from snowsource.observability import metrics
@@ -115,6 +118,7 @@ class Daemon:
         self.store: OffsetStore | None = None
         self.client: ServiceNowClient | None = None
         self.sink: RecordSink | None = None
+        self.deliveries: Deliveries | None = None
         self.target = ConnectorState.RUNNING
         self.kafka_ready = False
         self.topic_problems: dict[str, str] = {}
@@ -250,6 +254,9 @@ class Daemon:
                 allow_full_replay=self.allow_full_replay,
             ),
         )
+        self.deliveries = await self._open(
+            stack, table_deliveries(s, conn, self.store, self._retry)
+        )
         self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
         self.topic_watch = await self._open(
             stack, TopicWatch(conn, [spec.topic for spec in self.specs])
@@ -358,6 +365,7 @@ class Daemon:
                     hooks=hooks[spec.alias],
                     pages=pages,
                     tail=TopicTail(self._conn),
+                    delivery=self.deliveries.factory(spec) if self.deliveries else PageDelivery,
                 )
                 pollers[spec.alias] = poller
                 problem = self.topic_problems.get(spec.topic)

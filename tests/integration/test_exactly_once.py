@@ -1,0 +1,65 @@
+"""Exactly-once (``exactly.once: true``): each page and its offset in one Kafka transaction.
+
+In-process daemons against the real broker; the processes-are-the-point tests (fencing, kill -9
+chaos) live in ``test_exactly_once_processes.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from snowsource.core.txn_id import transactional_id
+from tests.integration.conftest import Env
+from tests.integration.engine import (
+    caught_up,
+    committed_stream,
+    poll_until,
+    read_offsets,
+    read_topic,
+    running,
+    status,
+)
+
+
+async def _end_offsets(bootstrap: str, topic: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in parts]
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()
+
+
+async def test_a_backfill_is_delivered_in_transactions_with_its_offsets(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=230)
+    settings = env.settings(
+        {"incident": {"name": "incident"}}, **{"exactly.once": True, "batch.size": 50}
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"), timeout=60)
+        await poll_until(committed_stream(daemon, "incident"), timeout=30)
+        table = status(daemon, "incident")
+        assert table.rows_emitted == 230
+        spec = daemon.specs[0]
+    topic = env.topic("incident")
+    committed = await read_topic(env.bootstrap, topic, isolation_level="read_committed")
+    pairs = Counter((r.key, r.value) for r in committed)
+    assert len(pairs) == 230
+    assert set(pairs.values()) == {1}
+    assert {r.key.decode() for r in committed if r.key} == {
+        r["sys_id"] for r in env.emu.rows("incident")
+    }
+    # Five pages, each closed by a commit marker: the log holds more offsets than records.
+    assert await _end_offsets(env.bootstrap, topic) >= 230 + 5
+    offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
+    assert offsets["incident"]["phase"] == "stream"
+    last = max(env.emu.rows("incident"), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
+    assert (offsets["incident"]["timestamp"], offsets["incident"]["sys_id"]) == (
+        last["sys_updated_on"],
+        last["sys_id"],
+    )
+    assert transactional_id(env.name, spec.partition).startswith(f"snowsource-{env.name}-")
