@@ -3,7 +3,9 @@
 One line per check, in a fixed order: config valid; Kafka reachable; offsets topic compacted or
 creatable; then the ServiceNow lines (``check_servicenow``): reachable, credentials accepted, for
 every table (all of ``snow.tables``, whichever task owns it) readable with its base query, cursor
-fields visible and its ``fields`` known; the integration user's time zone. Exit 0 when nothing
+fields visible and its ``fields`` known; the integration user's time zone. With
+``exactly.once: true`` a line after the offsets topic's says whether transactions work
+(``check_txn``). Exit 0 when nothing
 failed, 1 when a check failed, 2 when the configuration is invalid — in which case nothing is
 contacted.
 
@@ -32,6 +34,7 @@ from snowsource.adapters.kafka import (
     diagnose_security,
     existing_topics,
 )
+from snowsource.cli import check_txn
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
 from snowsource.config.settings import LoadedConfig, Settings, load_config
@@ -191,10 +194,10 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
                 f"{KAFKA_PROBE_MAX_SECONDS:g}) = {timeout:g} s)",
             )
         )
-        return [
-            CheckResult(reachable, Status.FAIL, str(exc), notes),
-            CheckResult(offsets, Status.SKIP, "Kafka is not reachable"),
-        ]
+        skipped = [CheckResult(offsets, Status.SKIP, "Kafka is not reachable")]
+        if settings.exactly_once:
+            skipped.append(CheckResult(check_txn.NAME, Status.SKIP, "Kafka is not reachable"))
+        return [CheckResult(reachable, Status.FAIL, str(exc), notes), *skipped]
     try:
         brokers = cluster.get("brokers") or []
         cluster_id = cluster.get("cluster_id")
@@ -208,6 +211,8 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
             results.append(
                 CheckResult(offsets, Status.FAIL, f"cannot inspect it ({_describe(exc)})")
             )
+        if settings.exactly_once:
+            results.append(await check_txn.transactions_check(settings, conn, max(timeout, 5.0)))
         return results
     finally:
         await admin.close()

@@ -10,6 +10,9 @@ from collections import Counter
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from snowsource.cli import check_txn
+from snowsource.cli.check import Status, exit_code, run_checks
+from snowsource.config.settings import load_config
 from snowsource.core.txn_id import transactional_id
 from tests.integration.conftest import Env
 from tests.integration.engine import (
@@ -20,6 +23,7 @@ from tests.integration.engine import (
     read_topic,
     running,
     status,
+    write_config,
 )
 
 
@@ -63,3 +67,26 @@ async def test_a_backfill_is_delivered_in_transactions_with_its_offsets(env: Env
         last["sys_id"],
     )
     assert transactional_id(env.name, spec.partition).startswith(f"snowsource-{env.name}-")
+
+
+async def test_check_says_exactly_once_is_on_and_that_transactions_work(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=3)
+    path = write_config(
+        env.tmp_path / "check.yaml",
+        env.document({"incident": {"name": "incident"}}, **{"exactly.once": True}),
+    )
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    line = results[check_txn.NAME]
+    assert line.status is Status.PASS, line
+    assert "exactly.once is on" in line.detail
+    assert "read_committed" in line.detail
+    assert list(results).index(check_txn.NAME) == 3  # right after the offsets topic's line
+    assert exit_code(results.values()) == 0
+
+
+async def test_check_has_no_transactions_line_in_at_least_once_mode(env: Env) -> None:
+    path = write_config(
+        env.tmp_path / "check.yaml", env.document({"incident": {"name": "incident"}})
+    )
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    assert check_txn.NAME not in results
