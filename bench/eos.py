@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ def _spread(values: list[float], fmt: str) -> str:
 
 def table(result: dict[str, Any]) -> str:
     """The case's figures, a column per mode."""
-    figures = [
+    figures: list[tuple[str, Callable[[dict[str, Any]], float], str]] = [
         ("daemon rows/s", lambda r: r["rows"] / r["wall"], "{:.0f}"),
         ("daemon CPU us/row", lambda r: r["cpu"] / r["rows"] * 1e6, "{:.1f}"),
         ("latency to visibility p50 ms", lambda r: r["latency_p50"] * 1000, "{:.0f}"),
