@@ -170,12 +170,15 @@ class TransactionalDelivery:
         offsets topic: only now can nobody else move this table's offset."""
         if self._fenced is not None:
             raise self._fenced
-        async for attempt in retrying(
-            self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._warn
-        ):
-            with attempt:
-                await self._producer.open()
-                await self._store.load()
+        try:
+            async for attempt in retrying(
+                self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._warn
+            ):
+                with attempt:
+                    await self._producer.open()
+                    await self._store.load()
+        except TransactionalIdAuthorizationFailed as exc:
+            raise self._refused() from exc
 
     async def deliver_page(self, plan: PagePlan) -> PageAck | None:
         """The page and its offset in one transaction; ``None`` when stop's deadline passed.
@@ -267,13 +270,16 @@ class TransactionalDelivery:
         if fenced:
             raise await self._fence(error)
         if isinstance(error, TransactionalIdAuthorizationFailed):
-            raise TableFailedError(
-                f"{self._spec.describe}: Kafka refused transactional.id "
-                f"{self._producer.transactional_id!r}: grant this principal Write and Describe "
-                f"on that TransactionalId (or its prefix 'snowsource-') and IdempotentWrite on "
-                f"the cluster, or set exactly.once: false"
-            )
+            raise self._refused() from error
         self._log.warning("transaction aborted", error=repr(error))
+
+    def _refused(self) -> TableFailedError:
+        return TableFailedError(
+            f"{self._spec.describe}: Kafka refused transactional.id "
+            f"{self._producer.transactional_id!r}: grant this principal Write and Describe "
+            f"on that TransactionalId (or its prefix 'snowsource-') and IdempotentWrite on "
+            f"the cluster, or set exactly.once: false"
+        )
 
     def _aborted(self, error: BaseException) -> TransactionFailedError:
         return TransactionFailedError(

@@ -350,3 +350,17 @@ def _unused_writer() -> OffsetWriter:
             raise AssertionError("exactly-once never writes beside its transactions")
 
     return OffsetWriter(Refusing(), RetryPolicy(0.001, 0.001), table="incident")  # type: ignore[arg-type]
+
+
+async def test_a_refused_transactional_id_at_producer_start_fails_the_table() -> None:
+    producer = FakeProducer()
+
+    async def refuse() -> None:
+        raise TransactionalIdAuthorizationFailed()
+
+    producer.open = refuse  # type: ignore[method-assign]
+    delivery, store = _delivery(producer)
+    with pytest.raises(TableFailedError) as raised:
+        await delivery.begin_generation()
+    assert "IdempotentWrite" in str(raised.value)
+    assert store.loads == 0
