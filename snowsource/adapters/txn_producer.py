@@ -79,8 +79,9 @@ class TransactionalProducer(AsyncResource):
 
     @property
     def ready(self) -> bool:
-        """A started producer that has not failed."""
-        return self._sink is not None and not self._broken
+        """A started producer that has not failed and has no transaction left open (by a
+        generation that stopped or was cancelled in the middle of one)."""
+        return self._sink is not None and not self._broken and self.began is None
 
     async def open(self) -> None:
         """Start a producer unless a healthy one runs.
@@ -92,6 +93,7 @@ class TransactionalProducer(AsyncResource):
             raise RuntimeError(f"producer {self.transactional_id} is closed")
         if self.ready:
             return
+        self.began = None
         await self._discard(Deadline.after(5))
         sink = RecordSink(
             self._conn,
@@ -110,8 +112,8 @@ class TransactionalProducer(AsyncResource):
         sender.add_done_callback(lambda _task: _retrieve_leftovers(sink.kafka_producer))
         log.debug("transactional producer started", transactional_id=self.transactional_id)
 
-    def _producer(self) -> AIOKafkaProducer:
-        if self._sink is None or self._broken:
+    def _producer(self, *, broken_too: bool = False) -> AIOKafkaProducer:
+        if self._sink is None or (self._broken and not broken_too):
             raise RuntimeError(f"producer {self.transactional_id} is not open")
         producer = self._sink.kafka_producer
         sender = producer._sender.sender_task
@@ -153,7 +155,9 @@ class TransactionalProducer(AsyncResource):
         producer is discarded, and the broker aborts it when the next producer starts."""
         self.began = None
         try:
-            producer = self._producer()
+            producer = self._producer(broken_too=True)
+            # An abortable error was set on the transaction's waiter, which the abort replaces.
+            _retrieve_leftovers(producer)
             if producer._txn_manager.state.name in ("IN_TRANSACTION", "ABORTABLE_ERROR"):
                 async with asyncio.timeout(within):
                     await producer.abort_transaction()
@@ -181,7 +185,7 @@ class TransactionalProducer(AsyncResource):
             return
         self._closed = True
         deadline = deadline or Deadline.never()
-        if self.began is not None and not self._broken:
+        if self.began is not None:
             await self.abort(deadline.remaining(10))
         await self._discard(deadline)
 

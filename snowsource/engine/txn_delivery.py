@@ -227,7 +227,8 @@ class TransactionalDelivery:
                 async with asyncio.timeout(self._bound):
                     await self._producer.begin()
                     ack = await self._pages.deliver_page(plan)
-                    if ack is None:
+                    if ack is None:  # stopping, out of time: the next start replaces it
+                        self._producer.discard()
                         return None
                     if ack.failure is not None:
                         await self._failed(ack.failure.error)
