@@ -168,6 +168,7 @@ def _no_library_noise(process: Process) -> None:
     assert not noisy, noisy[:3]
 
 
+@pytest.mark.timeout(240)
 async def test_a_second_owner_fences_the_first_which_stops_the_table(env: Env) -> None:
     """Two processes forced to own the same table (different task ids, so the group's task-id
     fencing plays no part): the newer producer fences the older, which FAILs the table naming
@@ -237,6 +238,7 @@ class KillAtPage:
             self._loop.call_later(self._rng.uniform(0, 0.03), self._process.kill)
 
 
+@pytest.mark.timeout(300)  # eight kill -9s, a broker of its own started twice
 async def test_kill_9_at_random_points_and_a_broker_restart_lose_and_repeat_nothing(
     env: Env, tmp_path: Path
 ) -> None:
