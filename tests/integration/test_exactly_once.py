@@ -145,3 +145,27 @@ async def test_stop_and_resume_emit_nothing_twice(env: Env) -> None:
         env.bootstrap, env.topic("incident"), isolation_level="read_committed"
     )
     assert len(committed) == 120
+
+
+async def test_a_delete_stream_has_its_own_transactional_id_and_its_tombstones_commit(
+    env: Env,
+) -> None:
+    env.emu.seed(tables=("incident",), rows=20)
+    doomed = [r["sys_id"] for r in env.emu.rows("incident")[:5]]
+    settings = env.settings(
+        {"incident": {"name": "incident", "deletes": "audit"}}, **{"exactly.once": True}
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident", "incident.deletes"), timeout=60)
+        for sys_id in doomed:
+            env.emu.delete("incident", sys_id)
+        await poll_until(lambda: status(daemon, "incident.deletes").rows_emitted >= 5, timeout=60)
+        table, deletes = (s.partition for s in daemon.specs)
+    assert transactional_id(env.name, table) != transactional_id(env.name, deletes)
+    committed = await read_topic(
+        env.bootstrap, env.topic("incident"), isolation_level="read_committed"
+    )
+    tombstones = [r.key.decode() for r in committed if r.key and r.value is None]
+    assert sorted(tombstones) == sorted(doomed)
+    offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
+    assert "sys_audit_delete" in offsets
