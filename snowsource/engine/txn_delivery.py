@@ -28,8 +28,8 @@ import asyncio
 import functools
 import os
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 import structlog
 from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
@@ -47,9 +47,10 @@ from snowsource.core.txn_id import transactional_id
 from snowsource.engine.committer import OffsetCommits, OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, KeyValue, PageDelivery, TableDelivery
 from snowsource.engine.ports import Sink
+from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
-from snowsource.runtime.retrying import retrying
+from snowsource.runtime.retrying import StoppedError, retrying
 
 log = structlog.get_logger("snowsource.engine.txn_delivery")
 
@@ -175,10 +176,24 @@ class TransactionalDelivery:
                 self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._warn
             ):
                 with attempt:
-                    await self._producer.open()
-                    await self._store.load()
+                    await self._unless_stopped(self._open_and_load())
         except TransactionalIdAuthorizationFailed as exc:
             raise self._refused() from exc
+
+    async def _open_and_load(self) -> None:
+        await self._producer.open()
+        await self._store.load()
+
+    async def _unless_stopped(self, work: Coroutine[Any, Any, None]) -> None:
+        """A producer start waits for the transaction coordinator as long as it takes: stop
+        abandons it (the producer is then replaced at the next start)."""
+        task = asyncio.ensure_future(work)
+        if not await done_before(task, self._stop.event):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._producer.discard()
+            raise StoppedError("stop requested while starting the transactional producer")
+        task.result()
 
     async def deliver_page(self, plan: PagePlan) -> PageAck | None:
         """The page and its offset in one transaction; ``None`` when stop's deadline passed.

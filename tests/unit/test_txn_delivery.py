@@ -33,6 +33,7 @@ from snowsource.engine.txn_delivery import (
     TransactionFailedError,
 )
 from snowsource.runtime.deadline import Deadline, StopSignal
+from snowsource.runtime.retrying import StoppedError
 from tests.fakes import CONNECTOR, make_spec
 
 FINGERPRINT = make_spec().partition.query_fingerprint
@@ -363,4 +364,24 @@ async def test_a_refused_transactional_id_at_producer_start_fails_the_table() ->
     with pytest.raises(TableFailedError) as raised:
         await delivery.begin_generation()
     assert "IdempotentWrite" in str(raised.value)
+    assert store.loads == 0
+
+
+async def test_stop_abandons_a_producer_start_that_waits_for_the_coordinator() -> None:
+    producer = FakeProducer()
+    started = asyncio.Event()
+
+    async def hang() -> None:
+        started.set()
+        await asyncio.Event().wait()  # no transaction coordinator answers
+
+    producer.open = hang  # type: ignore[method-assign]
+    stop = StopSignal()
+    delivery, store = _delivery(producer, stop=stop)
+    starting = asyncio.create_task(delivery.begin_generation())
+    await started.wait()
+    stop.request(Deadline.after(1))
+    with pytest.raises(StoppedError):
+        await asyncio.wait_for(starting, 5)
+    assert producer.discarded
     assert store.loads == 0
