@@ -94,6 +94,17 @@ class Process:
         assert code == -signal.SIGKILL, self.log.read_text()[-3000:]
 
 
+@pytest.fixture
+async def reaper() -> AsyncIterator[list[Process]]:
+    """Processes a test started; any still running at teardown (a failed test) is killed."""
+    started: list[Process] = []
+    yield started
+    for process in started:
+        if process.proc is not None and process.proc.returncode is None:
+            process.kill()
+            await process.proc.wait()
+
+
 def _backfill(env: Env, seconds: int, per_second: int) -> None:
     base = env.emu.clock.now() - timedelta(hours=1)
     for second in range(seconds):
@@ -169,7 +180,9 @@ def _no_library_noise(process: Process) -> None:
 
 
 @pytest.mark.timeout(240)
-async def test_a_second_owner_fences_the_first_which_stops_the_table(env: Env) -> None:
+async def test_a_second_owner_fences_the_first_which_stops_the_table(
+    env: Env, reaper: list[Process]
+) -> None:
     """Two processes forced to own the same table (different task ids, so the group's task-id
     fencing plays no part): the newer producer fences the older, which FAILs the table naming
     the transactional id and the newer process; read_committed sees nothing twice."""
@@ -181,6 +194,7 @@ async def test_a_second_owner_fences_the_first_which_stops_the_table(env: Env) -
     tables = {"incident": {"name": "incident"}, "problem": {"name": "problem"}}
     assert assign(list(tables), 2)["incident"] == 1
     newer = Process(_config(env, "newer", tables=tables, **{"tasks.max": 2, "task.id": 1}))
+    reaper += [older, newer]
     async with _changing(env, rng):
         await older.start()
         await poll_until(lambda: _at_least(env, 60), timeout=60, interval=0.1)
@@ -240,7 +254,7 @@ class KillAtPage:
 
 @pytest.mark.timeout(300)  # eight kill -9s, a broker of its own started twice
 async def test_kill_9_at_random_points_and_a_broker_restart_lose_and_repeat_nothing(
-    env: Env, tmp_path: Path
+    env: Env, tmp_path: Path, reaper: list[Process]
 ) -> None:
     broker = LocalBroker(port=free_broker_port(), data_dir=tmp_path / "kafka")
     await asyncio.to_thread(broker.start)
@@ -250,6 +264,7 @@ async def test_kill_9_at_random_points_and_a_broker_restart_lose_and_repeat_noth
         env.emu.latency_ms = 10
         rng = random.Random(1812)
         process = Process(_config(env, "chaos", kafka={"bootstrap.servers": broker.bootstrap}))
+        reaper.append(process)
         killer = KillAtPage(process, env, rng)
         async with _changing(env, rng):
             for kill in range(8):
