@@ -306,6 +306,3 @@ async def _assert_offsets_only_committed(env: Env, records: list[Record]) -> Non
     assert cursors
     for cursor in cursors:
         assert (cursor["sys_id"], cursor["timestamp"]) in committed_rows, cursor
-    everything = await read_topic(env.bootstrap, env.offsets_topic)
-    # Kill -9 mid-transaction leaves aborted offset records behind, hidden from readers.
-    assert len(everything) >= len(offsets)
