@@ -161,7 +161,12 @@ class Poller:
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
         self._delivery = PageDelivery(
-            spec, sink, stop, headers=self._hooks.headers, key_value=self._hooks.key_value
+            spec,
+            sink,
+            stop,
+            headers=self._hooks.headers,
+            key_value=self._hooks.key_value,
+            record_headers=self._hooks.record_headers,
         )
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name

@@ -135,7 +135,12 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
     emit = _emit("2026-09-29 07:00:30", "a" * 32, value)
     assert hooks.key_value(emit) == (b"d" * 32, None)
     delivery = PageDelivery(
-        spec, FakeSink(), StopSignal(), headers=hooks.headers, key_value=hooks.key_value
+        spec,
+        FakeSink(),
+        StopSignal(),
+        headers=hooks.headers,
+        key_value=hooks.key_value,
+        record_headers=hooks.record_headers,
     )
     plan = PagePlan(phase="stream", fingerprint="f", emits=[emit])
     ((key, value_sent, own),) = delivery.records(plan)
@@ -146,6 +151,8 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
         "snow.timestamp": b"2026-09-29 07:00:30",
         "snow.phase": b"stream",
         "snow.operation": b"delete",
+        # What a restart's dedup rebuild recognises the tombstone by.
+        "snow.audit_id": b"a" * 32,
     }
     error = TableError("HTTP 403: no", status=403)
     assert hooks.explain(error) == f"HTTP 403: no; {ACCESS_HINT}"
