@@ -9,7 +9,7 @@ one in flight and a daemon that committed at hand-over would pass. The daemon's 
 ``SNOWSOURCE_TEST_HANDOVER_DELAY_MS`` makes every page reach the producer seconds after the
 poller handed it over; the emulator holds the request for the page after it, so the poller
 waits there with one page verifiably unacknowledged. The test kills it once the previous page's
-offset is committed, and checks the committed offset (read_committed) against the topic.
+offset is committed, then checks the committed offset (read_committed) against the topic.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from tests.integration.test_engine_restart import SNOWSOURCE
 BATCH = 500
 #: Pages handed over before the kill: the last of them is the one in flight.
 PAGES_BEFORE_KILL = 3
-#: Long enough that reading the offsets topic back (well under a second) ends before the page in
-#: flight reaches Kafka, so a premature commit is seen before the page lands.
-HANDOVER_DELAY_MS = 6000
+#: Far longer than reading the offsets topic back and killing the process take (about a second),
+#: so the page in flight is still missing from the topic after the kill, and a commit made at
+#: hand-over would already be in the offsets topic.
+HANDOVER_DELAY_MS = 8000
 #: The emulator holds the request after the page in flight this long: the poller stays put.
 HOLD_SECONDS = 30.0
 
@@ -81,12 +82,13 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
         await poll_until(
             lambda: _committed_reaches(env, before_flight), timeout=HANDOVER_DELAY_MS / 2000
         )
-        committed = await _committed_position(env)
-        in_kafka = await _keys_in_topic(env)
     finally:
         process.kill()
     assert await process.wait() == -signal.SIGKILL, log.read_text()[-3000:]
 
+    # What a restart would find: the offset it resumes from, and what Kafka holds.
+    committed = await _committed_position(env)
+    in_kafka = await _keys_in_topic(env)
     handed_over = rows[: PAGES_BEFORE_KILL * BATCH]
     # The experiment is only worth something if a page was really in flight at the kill.
     in_flight = [r["sys_id"] for r in handed_over if r["sys_id"] not in in_kafka]
@@ -112,10 +114,9 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
     assert await _keys_in_topic(env) == {r["sys_id"] for r in rows}
 
 
-async def _start(config: Path, log: Path, extra: dict[str, str]) -> asyncio.subprocess.Process:
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    if not extra:
-        environment.pop(HANDOVER_DELAY_ENV, None)
+async def _start(config: Path, log: Path, hooks: dict[str, str]) -> asyncio.subprocess.Process:
+    environment = {k: v for k, v in os.environ.items() if k != HANDOVER_DELAY_ENV}
+    environment.update(PYTHONUNBUFFERED="1", **hooks)
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
             SNOWSOURCE,
