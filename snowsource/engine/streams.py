@@ -36,8 +36,10 @@ from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.engine.ports import PageSource
+from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
+from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 Headers = list[tuple[str, bytes]]
@@ -92,6 +94,17 @@ class StreamHooks:
         """Key and value of the record for ``emit`` (``headers`` and the per-record
         ``snow.timestamp``/``snow.phase`` headers are added by the page delivery)."""
         return emit.key, emit.value
+
+    def delivery(self, sink: Sink, stop: StopSignal) -> PageDelivery:
+        """The page delivery of this stream: its records shaped and headed as above."""
+        return PageDelivery(
+            self.spec,
+            sink,
+            stop,
+            headers=self.headers,
+            key_value=self.key_value,
+            record_headers=self.record_headers,
+        )
 
     def explain(self, error: BaseException) -> str:
         """The diagnostic of an error that fails the stream."""
