@@ -58,7 +58,6 @@ from snowsource.core.table import TableSpec
 from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
-from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
@@ -160,9 +159,7 @@ class Poller:
         # What differs between a table's stream and its delete stream: shaping, HI cap.
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
-        self._delivery = PageDelivery(
-            spec, sink, stop, headers=self._hooks.headers, key_value=self._hooks.key_value
-        )
+        self._delivery = self._hooks.delivery(sink, stop)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
