@@ -20,10 +20,20 @@ class PageBudget:
             raise ValueError(f"a page budget needs two slots for one table to fetch ahead: {slots}")
         self.slots = slots
         self._free = asyncio.Semaphore(slots)
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Pollers waiting for a slot: with many tables, most of them (holding no page)."""
+        return self._waiting
 
     async def acquire(self) -> None:
         """Wait for a free slot."""
-        await self._free.acquire()
+        self._waiting += 1
+        try:
+            await self._free.acquire()
+        finally:
+            self._waiting -= 1
 
     def release(self) -> None:
         """Give a slot back (its page was produced, dropped or never arrived)."""
