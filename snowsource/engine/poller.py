@@ -49,9 +49,7 @@ from snowsource.core.errors import (
     TableError,
     TableFailedError,
 )
-from snowsource.core.offsets_codec import (
-    SourceOffset,
-)
+from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
@@ -433,6 +431,7 @@ class Poller:
                     dedup=self._dedup,
                     keep_from=keep_from,
                 )
+                del page, rows, positions  # acks take a while: meanwhile hold only the values
                 await self._produce(plan, result)
                 self._failures.succeeded(FailureSource.KAFKA)
                 self._dedup.evict_older_than(keep_from)
@@ -447,6 +446,7 @@ class Poller:
                     metrics.set_phase(spec.alias, "backfill")
                     lag = (self._clock.now() - parse_ts(self._cursor.ts)).total_seconds()
                     self._set_lag(max(lag, 0.0))
+                del plan  # not held while this table waits for its next page (and a slot)
         finally:
             if holding:
                 self._release_page()
