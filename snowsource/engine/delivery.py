@@ -28,6 +28,7 @@ from snowsource.engine.ports import Sink
 from snowsource.runtime.deadline import StopSignal
 
 KeyValue = Callable[[Emit], tuple[bytes, bytes | None]]
+RecordHeaders = Callable[[Emit], Headers]
 
 
 class TableDelivery(Protocol):
@@ -50,6 +51,9 @@ class TableDelivery(Protocol):
     def offsets(self, writer: OffsetWriter) -> OffsetCommits:
         """What the generation's committer writes its offsets through."""
 
+    def records(self, plan: PagePlan) -> list[PageRecordLike]:
+        """The page's records as they are sent: key, value and their own headers."""
+
     async def deliver_page(self, plan: PagePlan) -> PageAck | None: ...
 
 
@@ -64,6 +68,7 @@ class DeliveryFactory(Protocol):
         *,
         headers: Headers | None = None,
         key_value: KeyValue | None = None,
+        record_headers: RecordHeaders | None = None,
     ) -> TableDelivery: ...
 
 
@@ -83,10 +88,12 @@ class PageDelivery:
         *,
         headers: Headers | None = None,
         key_value: KeyValue | None = None,
+        record_headers: RecordHeaders | None = None,
     ) -> None:
-        """``headers`` (every record's, first) and ``key_value`` (a record's key and value,
-        ``None`` for a tombstone) come from the stream's hooks; by default a row's id and
-        value with the partition's instance and table."""
+        """``headers`` (every record's, first), ``key_value`` (a record's key and value,
+        ``None`` for a tombstone) and ``record_headers`` (a record's own headers, last) come
+        from the stream's hooks; by default a row's id and value with the partition's
+        instance and table."""
         self._topic = spec.topic
         self._sink = sink
         self._stop = stop
@@ -96,6 +103,7 @@ class PageDelivery:
             ("snow.table", spec.partition.table.encode()),
         ]
         self._key_value = key_value
+        self._record_headers = record_headers
         self._pending: asyncio.Future[PageAck] | None = None
         self._pending_records = 0
 
@@ -133,8 +141,15 @@ class PageDelivery:
                 (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
                 for emit in plan.emits
             ]
+        own = self._record_headers
+        if own is None:
+            return [
+                (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase])
+                for emit in plan.emits
+            ]
         return [
-            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase]) for emit in plan.emits
+            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase, *own(emit)])
+            for emit in plan.emits
         ]
 
     async def deliver_page(self, plan: PagePlan) -> PageAck | None:

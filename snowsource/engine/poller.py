@@ -159,9 +159,7 @@ class Poller:
         # What differs between a table's stream and its delete stream: shaping, HI cap.
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
-        self._delivery = delivery(  # at least once, or exactly once (``engine.txn_delivery``)
-            spec, sink, stop, headers=self._hooks.headers, key_value=self._hooks.key_value
-        )
+        self._delivery = self._hooks.delivery(sink, stop, delivery)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -437,6 +435,7 @@ class Poller:
                     dedup=self._dedup,
                     keep_from=keep_from,
                 )
+                del page, rows, positions  # acks take a while: meanwhile hold only the values
                 await self._produce(plan, result)
                 self._failures.succeeded(FailureSource.KAFKA)
                 self._dedup.evict_older_than(keep_from)
@@ -451,6 +450,7 @@ class Poller:
                     metrics.set_phase(spec.alias, "backfill")
                     lag = (self._clock.now() - parse_ts(self._cursor.ts)).total_seconds()
                     self._set_lag(max(lag, 0.0))
+                del plan  # not held while this table waits for its next page (and a slot)
         finally:
             if holding:
                 self._release_page()

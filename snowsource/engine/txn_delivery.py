@@ -36,7 +36,7 @@ from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from snowsource.adapters.kafka import KafkaConnection, is_retriable
 from snowsource.adapters.membership import describe_members
-from snowsource.adapters.sink import Headers, PageAck, RecordFailure
+from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
@@ -45,7 +45,13 @@ from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.txn_id import transactional_id
 from snowsource.engine.committer import OffsetCommits, OffsetWriter
-from snowsource.engine.delivery import DeliveryFactory, KeyValue, PageDelivery, TableDelivery
+from snowsource.engine.delivery import (
+    DeliveryFactory,
+    KeyValue,
+    PageDelivery,
+    RecordHeaders,
+    TableDelivery,
+)
 from snowsource.engine.ports import Sink
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import Deadline, StopSignal
@@ -127,6 +133,7 @@ class TransactionalDelivery:
         retry: RetryPolicy,
         headers: Headers | None = None,
         key_value: KeyValue | None = None,
+        record_headers: RecordHeaders | None = None,
         others: OthersDescriber | None = None,
     ) -> None:
         self._spec = spec
@@ -135,7 +142,14 @@ class TransactionalDelivery:
         self._store = store
         self._retry = retry
         self._others = others
-        self._pages = PageDelivery(spec, producer, stop, headers=headers, key_value=key_value)
+        self._pages = PageDelivery(
+            spec,
+            producer,
+            stop,
+            headers=headers,
+            key_value=key_value,
+            record_headers=record_headers,
+        )
         self._key = encode_key(store.connector, spec.partition)
         # Transactions of one producer never overlap: a page and a stream rewrite take turns.
         self._lock = asyncio.Lock()
@@ -165,6 +179,10 @@ class TransactionalDelivery:
         """The committer writes through the transactions, never beside them."""
         del writer
         return self
+
+    def records(self, plan: PagePlan) -> list[PageRecordLike]:
+        """The page's records, exactly as the at-least-once delivery sends them."""
+        return self._pages.records(plan)
 
     async def begin_generation(self) -> None:
         """Start the producer (fencing any older owner of the table), then re-read the
@@ -394,6 +412,7 @@ def _transactional(
     others: OthersDescriber | None,
     headers: Headers | None = None,
     key_value: KeyValue | None = None,
+    record_headers: RecordHeaders | None = None,
 ) -> TableDelivery:
     del sink  # the shared producer never carries an exactly-once table's records
     return TransactionalDelivery(
@@ -404,6 +423,7 @@ def _transactional(
         retry=retry,
         headers=headers,
         key_value=key_value,
+        record_headers=record_headers,
         others=others,
     )
 
