@@ -43,10 +43,12 @@ def member_key(host: str, pid: int, started_ms: int) -> str:
 
 @dataclass(frozen=True)
 class MemberReport:
-    """What one member said when it joined: its REST worker id and the tables it ran."""
+    """What one member said when it joined: its REST worker id, the tables it ran, and
+    whether it runs what it is given (False while an operator stopped it)."""
 
     worker_id: str
     running: tuple[str, ...]
+    active: bool = True
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,13 @@ class GroupView:
         return report.worker_id if report is not None else None
 
 
-def encode_metadata(key: str, worker_id: str, running: Iterable[str]) -> bytes:
+def encode_metadata(
+    key: str, worker_id: str, running: Iterable[str], *, active: bool = True
+) -> bytes:
     """A member's user data in its JoinGroup metadata."""
-    return orjson.dumps({"v": _FORMAT, "key": key, "worker": worker_id, "runs": sorted(running)})
+    return orjson.dumps(
+        {"v": _FORMAT, "key": key, "worker": worker_id, "runs": sorted(running), "active": active}
+    )
 
 
 def decode_metadata(data: bytes) -> tuple[str, MemberReport] | None:
@@ -81,7 +87,8 @@ def decode_metadata(data: bytes) -> tuple[str, MemberReport] | None:
         return None
     if not isinstance(key, str) or not isinstance(worker, str) or not isinstance(runs, list):
         return None
-    return key, MemberReport(worker_id=worker, running=tuple(str(a) for a in runs))
+    active = doc.get("active", True) is not False
+    return key, MemberReport(worker_id=worker, running=tuple(str(a) for a in runs), active=active)
 
 
 def encode_view(view: GroupView) -> bytes:
@@ -91,7 +98,7 @@ def encode_view(view: GroupView) -> bytes:
             "v": _FORMAT,
             "owners": dict(view.owners),
             "members": {
-                key: {"worker": r.worker_id, "runs": list(r.running)}
+                key: {"worker": r.worker_id, "runs": list(r.running), "active": r.active}
                 for key, r in view.members.items()
             },
         }
@@ -105,7 +112,9 @@ def decode_view(data: bytes) -> GroupView | None:
         owners = {str(a): (None if k is None else str(k)) for a, k in doc["owners"].items()}
         members = {
             str(key): MemberReport(
-                worker_id=str(m["worker"]), running=tuple(str(a) for a in m["runs"])
+                worker_id=str(m["worker"]),
+                running=tuple(str(a) for a in m["runs"]),
+                active=m.get("active", True) is not False,
             )
             for key, m in doc["members"].items()
         }
@@ -134,15 +143,17 @@ class TableAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         worker_id: Callable[[], str],
         running: Callable[[], Iterable[str]],
         on_view: Callable[[GroupView], None],
+        active: Callable[[], bool] = lambda: True,
     ) -> None:
         self.key = key
         self._aliases = list(aliases)
         self._worker_id = worker_id
         self._running = running
         self._on_view = on_view
+        self._active = active
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        data = encode_metadata(self.key, self._worker_id(), self._running())
+        data = encode_metadata(self.key, self._worker_id(), self._running(), active=self._active())
         return ConsumerProtocolMemberMetadata(self.version, list(topics), data)
 
     def assign(
@@ -165,7 +176,9 @@ class TableAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 # The same process twice (an old member id not expired yet): what either
                 # runs counts, so nothing it may still poll is handed out.
                 report = MemberReport(
-                    report.worker_id, tuple(sorted({*previous.running, *report.running}))
+                    report.worker_id,
+                    tuple(sorted({*previous.running, *report.running})),
+                    report.active or previous.active,
                 )
             reports[key] = report
         view = plan_view(self._aliases, reports) if reports else GroupView(owners={})

@@ -54,6 +54,8 @@ log = structlog.get_logger("snowsource.adapters.membership")
 _PREFIX = "snowsource"
 CHECK_INTERVAL_SECONDS = 15.0
 SESSION_TIMEOUT_MS = 10000
+# The task id a group-mode member carries in its client id: it has none, and fences nobody.
+GROUP_TASK_ID = -1
 
 
 def group_id(connector: str) -> str:
@@ -74,7 +76,8 @@ class Member:
 
     def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started_ms / 1000))
-        return f"task {self.task_id} on {self.host} (pid {self.pid}, started {started} UTC)"
+        who = f"task {self.task_id}" if self.task_id >= 0 else "group member"
+        return f"{who} on {self.host} (pid {self.pid}, started {started} UTC)"
 
 
 def client_id_for(task_id: int, started_ms: int) -> str:

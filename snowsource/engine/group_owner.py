@@ -31,7 +31,7 @@ import structlog
 
 from snowsource.adapters.group_protocol import GroupView, TableAssignor, member_key
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.membership import GroupMembership
+from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
 from snowsource.config.settings import Settings
 from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget
@@ -160,10 +160,14 @@ class GroupOwner:
 
     # ----------------------------------------------------------------- what REST shows
 
+    def active(self) -> bool:
+        """False while an operator stopped this member (or it shuts down)."""
+        return not self._stopped_by_operator and not self._closing
+
     def placement(self, alias: str) -> tuple[str | None, str]:
         """Where the group runs ``alias``: its owner's worker id (None while withheld) and
-        its state as the group reports it (RUNNING, or UNASSIGNED while it waits to move or
-        while its owner is stopped)."""
+        its state as the group reports it: RUNNING, STOPPED while its owner is stopped, or
+        UNASSIGNED while it waits to move."""
         view = self.view
         if view is None:
             return None, UNASSIGNED
@@ -171,16 +175,18 @@ class GroupOwner:
         report = view.members.get(owner) if owner is not None else None
         if report is None:
             return None, UNASSIGNED
-        state = TableState.RUNNING.value if alias in report.running else UNASSIGNED
-        return report.worker_id, state
+        state = TableState.RUNNING if report.active else TableState.STOPPED
+        return report.worker_id, state.value
 
     def busy_workers(self) -> list[str]:
-        """Worker ids of the other members that ran tables at the last round."""
+        """Worker ids of the other members that were not stopped at the last round."""
         view = self.view
         if view is None:
             return []
         return sorted(
-            r.worker_id for key, r in view.members.items() if key != self.key and r.running
+            r.worker_id
+            for key, r in view.members.items()
+            if key != self.key and (r.active or r.running)
         )
 
     # ----------------------------------------------------------------- reconciling
@@ -204,8 +210,7 @@ class GroupOwner:
         desired = self._desired()
         losing = sorted(a for a in self._units if a not in desired)
         if losing:
-            problems = await self._stop(losing, Deadline.after(self._stop_timeout))
-            log.info("tables released", tables=losing, problems=problems)
+            await self._stop(losing, Deadline.after(self._stop_timeout))
         view = self.view
         if view is not None:
             withheld = {a for a, owner in view.owners.items() if owner is None}
@@ -223,7 +228,7 @@ class GroupOwner:
         await self._reload()
         for alias in gaining:
             self._start(alias)
-        log.info("tables started", tables=gaining)
+        log.info("tables started", tables=gaining, member=self.key)
 
     def _start(self, alias: str) -> None:
         stop = StopSignal()
@@ -244,7 +249,10 @@ class GroupOwner:
             )
         finally:
             self._stopping -= set(units)
-        return [problem for found in results for problem in found]
+        problems = [problem for found in results for problem in found]
+        if units:
+            log.info("tables released", tables=sorted(units), problems=problems, member=self.key)
+        return problems
 
 
 def group_membership(
@@ -262,11 +270,12 @@ def group_membership(
         worker_id=worker_id,
         running=owner.running,
         on_view=owner.on_view,
+        active=owner.active,
     )
     membership = GroupMembership(
         conn,
         connector=settings.name,
-        task_id=settings.task_id,
+        task_id=GROUP_TASK_ID,
         topic=settings.offset_storage_topic,
         on_fenced=on_fenced,
         assignor=assignor,
