@@ -87,6 +87,7 @@ class GroupOwner:
         self._claimed: set[str] = set()
         self._enabled = False
         self._stopped_by_operator = False
+        self._lost = False
         self._closing = False
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -111,9 +112,12 @@ class GroupOwner:
         self._changed.set()
 
     def on_lost(self, why: str) -> None:
-        """The membership's callback when this member is no longer in the group."""
+        """The membership's callback when this member is no longer in the group: the group
+        may have given its tables to others already, so every one of them stops, even if the
+        next round (which may arrive first) gives them back."""
         log.warning("consumer group membership lost; stopping every table", reason=why)
         self.view = None
+        self._lost = True
         self._changed.set()
 
     @property
@@ -123,12 +127,10 @@ class GroupOwner:
 
     # ----------------------------------------------------------------- control
 
-    def start(self) -> None:
-        """Start the reconciler; tables start once the group assigns them and ``enable``."""
-        self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
-
     async def enable(self) -> None:
         """Run the tables the group gives this member (start, REST resume)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
         resumed = self._stopped_by_operator
         self._enabled = True
         self._stopped_by_operator = False
@@ -207,6 +209,9 @@ class GroupOwner:
                 await self._reconcile()
 
     async def _reconcile(self) -> None:
+        if self._lost:
+            self._lost = False
+            await self._stop(list(self._units), Deadline.after(self._stop_timeout))
         desired = self._desired()
         losing = sorted(a for a in self._units if a not in desired)
         if losing:

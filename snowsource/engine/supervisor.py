@@ -265,7 +265,6 @@ class Daemon:
     def _membership(self) -> GroupMembership:
         s = self.settings
         if self.group is not None:
-            self.group.start()
             return group_membership(
                 self._conn, s, self.group, worker_id=self._worker_id, on_fenced=self._fenced
             )
