@@ -1,11 +1,11 @@
 """The table assignor of ``tasks.assignment: group`` (SPEC §13.5): Kafka's group protocol with
 tables, not partitions, in the assignment's user data.
 
-At every join a member's subscription metadata carries its member key (host, pid, start time),
-its REST worker id and the tables it runs (or is still stopping). The leader's ``assign`` turns
-those into a ``core.group_plan`` and sends the *whole* plan, with what each member reported, to
-every member: any member's REST API can then show the connector. No topic partition is ever
-assigned, so the consumer never fetches.
+At every join a member's subscription metadata carries its member key (host, pid, start time,
+nonce), its REST worker id and the tables it runs (or is still stopping). The leader's
+``assign`` turns those into a ``core.group_plan`` and sends the *whole* plan, with what each
+member reported, to every member: any member's REST API can then show the connector. No topic
+partition is ever assigned, so the consumer never fetches.
 
 aiokafka calls ``metadata()`` at every join, ``assign()`` on the leader only and
 ``on_assignment()`` on every member right after the SyncGroup answer, before the rebalance
@@ -36,9 +36,10 @@ log = structlog.get_logger("snowsource.adapters.group_protocol")
 _FORMAT = 1
 
 
-def member_key(host: str, pid: int, started_ms: int) -> str:
-    """A process's key in the plan: stable across its rejoins, unique among live processes."""
-    return f"{host}/{pid}/{started_ms}"
+def member_key(host: str, pid: int, started_ms: int, nonce: str) -> str:
+    """A member's key in the plan: stable across its rejoins, unique among live members (the
+    nonce tells apart two members of one process started in the same millisecond)."""
+    return f"{host}/{pid}/{started_ms}/{nonce}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Which live group member runs which table (``tasks.assignment: group``, SPEC §13.5).
 
 The group's leader computes the plan from what every member said when it joined: its stable
-*member key* (host, pid, start time) and the tables it runs at that moment. Each table's owner
-is the member with the highest rendezvous weight (``core.assignment.rendezvous_weight`` of the
-alias and the member key), so a member that joins takes only the tables it wins and a member
-that leaves frees only its own.
+*member key* (host, pid, start time, a nonce) and the tables it runs at that moment. Each
+table's owner is the member with the highest rendezvous weight
+(``core.assignment.rendezvous_weight`` of the alias and the member key), so a member that joins
+takes only the tables it wins and a member that leaves frees only its own.
 
 A table is never polled by two live members at once: when its owner changes while another live
 member still runs it, the plan *withholds* it (no owner this round). Its runner sees it missing

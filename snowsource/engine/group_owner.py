@@ -24,6 +24,7 @@ import contextlib
 import os
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -69,7 +70,7 @@ class GroupOwner:
         page_slots: int,
         stop_timeout: float,
     ) -> None:
-        self.key = member_key(socket.gethostname(), os.getpid(), _now_ms())
+        self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
         self.streams: dict[str, list[TableSpec]] = {}
         for spec in specs:
             alias = spec.base.alias if spec.base else spec.alias
