@@ -84,7 +84,8 @@ class GroupOwner:
         self._pages = PageBudget(page_slots)
         self._stop_timeout = stop_timeout
         self._units: dict[str, Generation] = {}
-        self._stopping: set[str] = set()
+        # Tables whose pollers are draining: still polled as far as the group is concerned.
+        self._stopping: dict[str, Generation] = {}
         self._claimed: set[str] = set()
         self._enabled = False
         self._stopped_by_operator = False
@@ -103,7 +104,7 @@ class GroupOwner:
 
     def running(self) -> set[str]:
         """The tables that may be polled here now or soon (reported at every join)."""
-        claimed = set(self._units) | self._stopping | self._desired()
+        claimed = set(self._units) | set(self._stopping) | self._desired()
         self._claimed = claimed
         return claimed
 
@@ -132,6 +133,8 @@ class GroupOwner:
         """Run the tables the group gives this member (start, REST resume)."""
         if self._task is None:
             self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
+            # A bug in the reconciler must end the process, not leave the tables unmanaged.
+            self._task.add_done_callback(self._on_crash)
         resumed = self._stopped_by_operator
         self._enabled = True
         self._stopped_by_operator = False
@@ -155,7 +158,12 @@ class GroupOwner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
         async with self._lock:
+            # A drain the cancelled reconciler left behind is finished (or cancelled) here.
+            leftover = list(self._stopping.values())
             problems = await self._stop(list(self._units), deadline)
+            for unit in leftover:
+                problems += await stop_generation(unit, deadline)
+            self._stopping.clear()
         if not closing:
             # A new round tells every member's REST API that nothing runs here any more.
             self.rejoin()
@@ -221,7 +229,7 @@ class GroupOwner:
         if view is not None:
             withheld = {a for a, owner in view.owners.items() if owner is None}
             owed = withheld & self._claimed
-            if owed and not owed & (set(self._units) | self._stopping):
+            if owed and not owed & (set(self._units) | set(self._stopping)):
                 # We held these when the leader planned; now that they are stopped, a new
                 # round lets their new owner start them.
                 self._claimed -= owed
@@ -230,8 +238,20 @@ class GroupOwner:
         gaining = sorted(a for a in self._desired() if a not in self._units)
         if not gaining or self._closing:
             return
-        # Another member wrote the offsets of what it released after we loaded them.
-        await self._reload()
+        try:
+            # Another member wrote the offsets of what it released after we loaded them.
+            await self._reload()
+        except Exception as exc:  # noqa: BLE001 - retried at the next look, like any outage
+            log.warning(
+                "could not re-read the offsets topic; tables not started yet",
+                tables=gaining,
+                error=repr(exc),
+            )
+            return
+        # The plan may have changed while we read.
+        gaining = [a for a in gaining if a in self._desired() and a not in self._units]
+        if not gaining or self._closing:
+            return
         for alias in gaining:
             self._start(alias)
         log.info("tables started", tables=gaining, member=self.key)
@@ -248,13 +268,13 @@ class GroupOwner:
 
     async def _stop(self, aliases: list[str], deadline: Deadline) -> list[str]:
         units = {a: self._units.pop(a) for a in aliases if a in self._units}
-        self._stopping |= set(units)
-        try:
-            results = await asyncio.gather(
-                *(stop_generation(unit, deadline) for unit in units.values())
-            )
-        finally:
-            self._stopping -= set(units)
+        self._stopping.update(units)
+        results = await asyncio.gather(
+            *(stop_generation(unit, deadline) for unit in units.values())
+        )
+        # Not in a finally: cancelled half-way, the drains stay listed for stop_all to finish.
+        for alias in units:
+            self._stopping.pop(alias, None)
         problems = [problem for found in results for problem in found]
         if units:
             log.info("tables released", tables=sorted(units), problems=problems, member=self.key)
