@@ -2,8 +2,11 @@
 long a killed or stopped member's tables take to resume elsewhere.
 
     python -m bench.group [--bootstrap HOST:PORT] [--rows N] [--runs R] [--session-ms MS]
+                          [--latency-ms MS]
 
-One emulator process serves 9 tables of ``N`` rows. Throughput: (a) one static process, (b)
+One emulator process serves 9 tables of ``N`` rows, each answer delayed by ``--latency-ms``
+(a real instance answers a page in a few hundred ms; that latency, not CPU, is what more
+processes share out). Throughput: (a) one static process, (b)
 three group-mode processes, each from process start until the output topics hold every row
 (start-up included, since the group's first rounds are part of what group mode costs), with
 the CPU seconds of all processes. Failover: with three members caught up, kill -9 one and time
@@ -194,7 +197,7 @@ async def failover(
 
 async def _main(args: argparse.Namespace) -> None:
     tables = [f"bench_t{i:02d}" for i in range(TABLES)]
-    emu = Emulator(Case("group", tuple((t, args.rows) for t in tables)))
+    emu = Emulator(Case("group", tuple((t, args.rows) for t in tables), latency_ms=args.latency_ms))
     rows = TABLES * args.rows
     figures: dict[str, list[float]] = {k: [] for k in ("one", "one_cpu", "three", "three_cpu")}
     figures |= {"kill9": [], "sigterm": []}
@@ -220,7 +223,10 @@ async def _main(args: argparse.Namespace) -> None:
         values = figures[key]
         return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
-    print(f"9 tables x {args.rows} rows, {args.runs} run(s), median (min-max)")
+    print(
+        f"9 tables x {args.rows} rows, {args.latency_ms:g} ms latency, {args.runs} run(s), "
+        "median (min-max)"
+    )
     print(f"one process:      {show('one')} rows/s, {show('one_cpu')} CPU us/row")
     print(f"3 group members:  {show('three')} rows/s, {show('three_cpu')} CPU us/row (all three)")
     print(f"kill -9 failover: {show('kill9')} s (session {args.session_ms} ms)")
@@ -234,6 +240,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--session-ms", type=int, default=6000)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
     asyncio.run(_main(parser.parse_args()))
 
 

@@ -352,6 +352,10 @@ async def test_group_shares_tables_fails_over_rebalances_and_hands_over(env: Env
         await writer.stop()
         await poll_until(lambda: _nothing_lost(env), timeout=60, interval=1.0)
         group.assert_never_polled_twice()
+        # Every release wrote its final offset (nothing acknowledged was left uncommitted).
+        for member in group.members:
+            for released in member.events("tables released"):
+                assert released["problems"] == [], (member.name, released)
 
         # Once every member stopped cleanly, the offsets script works at once.
         await group.terminate(a)
