@@ -163,6 +163,9 @@ class OffsetStore(AsyncResource):
         self._output_topics = None if output_topics is None else sorted(set(output_topics))
         self._allow_full_replay = allow_full_replay
         self._data: dict[bytes, bytes] = {}
+        # Keys this process wrote while a reload was reading: their in-memory value is newer
+        # than what the reload may have seen (in group mode a reload runs beside pollers).
+        self._written_during_load: set[bytes] = set()
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -256,6 +259,7 @@ class OffsetStore(AsyncResource):
         )
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
+        self._written_during_load = set()
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -278,6 +282,13 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
+        for key in self._written_during_load:
+            if key in self._data:
+                data[key] = self._data[key]
+                written[key] = self._written_ms[key]
+                self._track(key, self._data[key])
+            else:
+                data.pop(key, None)
         self._data = data
         self._written_ms = written
         for key in data:
@@ -347,6 +358,7 @@ class OffsetStore(AsyncResource):
         """Take note of a write Kafka acknowledged (or a transaction committed) that did not go
         through :meth:`write_raw`: an exactly-once table writes its offsets in its own
         transactions, and a restart of that table reads them from here."""
+        self._written_during_load.add(key)
         if value is None:
             self._data.pop(key, None)
         else:

@@ -81,17 +81,22 @@ class TransactionalProducer(AsyncResource):
     def ready(self) -> bool:
         """A started producer that has not failed and has no transaction left open (by a
         generation that stopped or was cancelled in the middle of one)."""
-        return self._sink is not None and not self._broken and self.began is None
+        if self._sink is None or self._broken or self.began is not None:
+            return False
+        sender = self._sink.kafka_producer._sender.sender_task
+        return sender is None or not sender.done()
 
-    async def open(self) -> None:
-        """Start a producer unless a healthy one runs.
+    async def open(self, *, fresh: bool = False) -> None:
+        """Start a producer unless a healthy one runs (``fresh``: start one in any case).
 
         The start (InitProducerId) fences every older producer with this id, in this process or
-        another, and the broker aborts their open transaction before it answers.
+        another, and the broker aborts their open transaction before it answers. A producer
+        fenced while idle cannot know it (it sent nothing since): a generation therefore always
+        starts a fresh one.
         """
         if self._closed:
             raise RuntimeError(f"producer {self.transactional_id} is closed")
-        if self.ready:
+        if self.ready and not fresh:
             return
         self.began = None
         await self._discard(Deadline.after(5))

@@ -84,7 +84,7 @@ class TxnProducer(Sink, Protocol):
     transactional_id: str
     transaction_timeout: float
 
-    async def open(self) -> None: ...
+    async def open(self, *, fresh: bool = False) -> None: ...
 
     async def begin(self) -> None: ...
 
@@ -199,7 +199,9 @@ class TransactionalDelivery:
             raise self._refused() from exc
 
     async def _open_and_load(self) -> None:
-        await self._producer.open()
+        # Always a new producer: only its start fences an older owner (even one that
+        # fenced this process's previous producer while it sat idle, in group mode).
+        await self._producer.open(fresh=True)
         await self._store.load()
 
     async def _unless_stopped(self, work: Coroutine[Any, Any, None]) -> None:

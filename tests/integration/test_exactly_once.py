@@ -11,6 +11,8 @@ from datetime import timedelta
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from snowsource.adapters.kafka import KafkaConnection, admin_client, create_topic
+from snowsource.adapters.txn_producer import TransactionalProducer
 from snowsource.cli import check_txn
 from snowsource.cli.check import Status, exit_code, run_checks
 from snowsource.config.settings import load_config
@@ -169,3 +171,37 @@ async def test_a_delete_stream_has_its_own_transactional_id_and_its_tombstones_c
     assert sorted(tombstones) == sorted(doomed)
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     assert "sys_audit_delete" in offsets
+
+
+async def test_a_producer_fenced_while_idle_is_replaced_at_the_next_start(env: Env) -> None:
+    """A table that ran elsewhere meanwhile (group mode moves tables) comes back: its old
+    producer was fenced while idle and must not be taken for a live one."""
+    conn = KafkaConnection(env.bootstrap)
+    offsets = await _offsets_topic(env)
+    txn_id = f"snowsource-{env.name}-idle"
+    first = TransactionalProducer(conn, transactional_id=txn_id, offsets_topic=offsets)
+    other = TransactionalProducer(conn, transactional_id=txn_id, offsets_topic=offsets)
+    try:
+        await first.open()
+        await first.begin()
+        await (await first.send_offset(b"k", b"1"))
+        await first.commit()
+        await other.open()  # fences ``first``, which sent nothing since and cannot know it
+        assert first.ready
+        await first.open(fresh=True)  # what a generation does: fences ``other`` in turn
+        await first.begin()
+        await (await first.send_offset(b"k", b"2"))
+        await first.commit()
+    finally:
+        await first.close(Deadline.after(10))
+        await other.close(Deadline.after(10))
+    values = [
+        r.value for r in await read_topic(env.bootstrap, offsets, isolation_level="read_committed")
+    ]
+    assert values == [b"1", b"2"]
+
+
+async def _offsets_topic(env: Env) -> str:
+    async with admin_client(KafkaConnection(env.bootstrap)) as admin:
+        await create_topic(admin, env.offsets_topic, partitions=1, replication_factor=1)
+    return env.offsets_topic

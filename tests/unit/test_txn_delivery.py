@@ -81,7 +81,7 @@ class FakeProducer:
     age_seconds: float = 0.0
     hold_commit: asyncio.Event | None = None
 
-    async def open(self) -> None:
+    async def open(self, *, fresh: bool = False) -> None:
         self.opened += 1
         self.discarded = False
         self.calls.append(("open", None))
@@ -326,8 +326,8 @@ async def test_a_generation_fences_first_then_reads_the_offsets() -> None:
     producer = FakeProducer()
     store = FakeStore(order=order)
 
-    async def open_() -> None:
-        order.append("open")
+    async def open_(*, fresh: bool = False) -> None:
+        order.append("open" if fresh else "open (reused)")
 
     producer.open = open_  # type: ignore[method-assign]
     delivery, _ = _delivery(producer, store)
@@ -356,7 +356,7 @@ def _unused_writer() -> OffsetWriter:
 async def test_a_refused_transactional_id_at_producer_start_fails_the_table() -> None:
     producer = FakeProducer()
 
-    async def refuse() -> None:
+    async def refuse(*, fresh: bool = False) -> None:
         raise TransactionalIdAuthorizationFailed()
 
     producer.open = refuse  # type: ignore[method-assign]
@@ -371,7 +371,7 @@ async def test_stop_abandons_a_producer_start_that_waits_for_the_coordinator() -
     producer = FakeProducer()
     started = asyncio.Event()
 
-    async def hang() -> None:
+    async def hang(*, fresh: bool = False) -> None:
         started.set()
         await asyncio.Event().wait()  # no transaction coordinator answers
 
