@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from bench import eos
 from bench.daemon import DaemonRun, run_daemon
 from bench.procstat import cpu_seconds
 
@@ -245,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write every raw measurement here")
     args = parser.parse_args(argv)
     cases: tuple[Case, ...] = QUICK if args.quick else FULL
+    if args.case and set(args.case) <= set(eos.CASES):  # exactly-once cases: bench/eos.py
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                print(eos.table(eos.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))))
+        return
     if args.case:
         cases = tuple(c for c in cases if c.name in args.case)
         if not cases:

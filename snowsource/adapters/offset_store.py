@@ -352,14 +352,19 @@ class OffsetStore(AsyncResource):
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
         metadata = await self._producer.send_and_wait(self.topic, value, key=key)
+        self.written_elsewhere(key, value, metadata.timestamp)
+
+    def written_elsewhere(self, key: bytes, value: bytes | None, stamp_ms: int = -1) -> None:
+        """Take note of a write Kafka acknowledged (or a transaction committed) that did not go
+        through :meth:`write_raw`: an exactly-once table writes its offsets in its own
+        transactions, and a restart of that table reads them from here."""
         self._written_during_load.add(key)
         if value is None:
             self._data.pop(key, None)
         else:
             self._data[key] = value
             self._track(key, value)
-            stamp = metadata.timestamp
-            self._written_ms[key] = stamp if stamp >= 0 else int(time.time() * 1000)
+            self._written_ms[key] = stamp_ms if stamp_ms >= 0 else int(time.time() * 1000)
 
     @property
     def num_partitions(self) -> int:

@@ -142,7 +142,11 @@ class RecordSink(AsyncResource):
         max_request_size: int = 1048576,
         compression_type: str = "none",
         request_timeout_ms: int = 40000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
+        """With ``transactional_id`` the producer is one table's transactional producer
+        (``adapters.txn_producer``): pages are sent inside its transactions."""
         self._conn = conn
         self._max_request_size = max_request_size
         self._producer = AIOKafkaProducer(
@@ -158,6 +162,8 @@ class RecordSink(AsyncResource):
             # Also how long a batch may keep failing with retriable errors before its records
             # fail; the poller then restarts the table from its committed offset.
             request_timeout_ms=request_timeout_ms,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         )
         self._started = False
         self._closed = False
@@ -184,6 +190,11 @@ class RecordSink(AsyncResource):
         """The producer's own Kafka client: ``adapters.kafka_probe`` asks it whether Kafka is
         reachable, so readiness says what the producer sees."""
         return self._producer.client
+
+    @property
+    def kafka_producer(self) -> AIOKafkaProducer:
+        """The aiokafka producer itself, for its transactions (``adapters.txn_producer``)."""
+        return self._producer
 
     async def send(
         self,

@@ -2,10 +2,11 @@
 
 One line per check, in a fixed order: config valid; Kafka reachable; offsets topic compacted or
 creatable (a WARN when it is missing while owned output topics hold records: ``run`` would
-refuse to start); then the ServiceNow lines (``check_servicenow``): reachable, credentials
-accepted, for every table (all of ``snow.tables``, whichever task owns it) readable with its base
-query, cursor fields visible, its ``fields`` known and what its delete stream or typed records
-read (``check_access``); the integration user's time zone. Exit 0 when nothing
+refuse to start); with ``exactly.once: true``, whether transactions work (``check_txn``); then
+the ServiceNow lines (``check_servicenow``): reachable, credentials accepted, for every table
+(all of ``snow.tables``, whichever task owns it) readable with its base query, cursor fields
+visible, its ``fields`` known and what its delete stream or typed records read
+(``check_access``); the integration user's time zone. Exit 0 when nothing
 failed, 1 when a check failed, 2 when the configuration is invalid — in which case nothing is
 contacted.
 
@@ -35,6 +36,7 @@ from snowsource.adapters.kafka import (
     existing_topics,
 )
 from snowsource.adapters.offset_store import topics_with_records
+from snowsource.cli import check_txn
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
 from snowsource.config.settings import LoadedConfig, Settings, load_config
@@ -194,10 +196,10 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
                 f"{KAFKA_PROBE_MAX_SECONDS:g}) = {timeout:g} s)",
             )
         )
-        return [
-            CheckResult(reachable, Status.FAIL, str(exc), notes),
-            CheckResult(offsets, Status.SKIP, "Kafka is not reachable"),
-        ]
+        skipped = [CheckResult(offsets, Status.SKIP, "Kafka is not reachable")]
+        if settings.exactly_once:
+            skipped.append(CheckResult(check_txn.NAME, Status.SKIP, "Kafka is not reachable"))
+        return [CheckResult(reachable, Status.FAIL, str(exc), notes), *skipped]
     try:
         brokers = cluster.get("brokers") or []
         cluster_id = cluster.get("cluster_id")
@@ -211,6 +213,8 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
             results.append(
                 CheckResult(offsets, Status.FAIL, f"cannot inspect it ({_describe(exc)})")
             )
+        if settings.exactly_once:
+            results.append(await check_txn.transactions_check(settings, conn, max(timeout, 5.0)))
         return results
     finally:
         await admin.close()

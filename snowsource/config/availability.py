@@ -1,9 +1,9 @@
 """Keys whose feature is announced but not shipped yet: refused at load, never silently ignored.
 
-A user who sets ``exactly.once: true`` expects exactly-once delivery; accepting the key while the
-daemon still delivers at least once would be a silent lie. Each entry is a ``(key, value)``
-pair; a key is looked up at the top level and in every table. Delete the entry in the change
-that ships the feature.
+A user who sets such a value expects the feature; accepting the key while the daemon does
+something less would be a silent lie. Each entry is a
+``(key, value)`` pair; a key is looked up at the top level and in every table. Delete the entry
+in the change that ships the feature.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any, Final
 
 from snowsource.config.models import Settings, yaml_key
 
-NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (("exactly.once", True),)
+# Empty in this release: every announced value ships. The mechanism stays for the next one.
+NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = ()
 
 
 def _shown(value: object) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import structlog
 
@@ -30,6 +31,16 @@ from snowsource.runtime.retrying import Attempt, retrying
 
 class CommitterStoppedError(Exception):
     """The committer ended without being closed (cancelled, or a bug): nothing would commit."""
+
+
+class OffsetCommits(Protocol):
+    """Where a committer's offsets go: the offsets topic through :class:`OffsetWriter`, or with
+    exactly-once the table's transactions (``engine.txn_delivery``), where a page's offset is
+    already committed with the page."""
+
+    async def commit(
+        self, partition: SourcePartition, offset: SourceOffset, *, deadline: Deadline | None
+    ) -> None: ...
 
 
 class OffsetWriter:
@@ -70,6 +81,12 @@ class OffsetWriter:
                     await self._store.write(partition, value)
         self._written()
 
+    async def commit(
+        self, partition: SourcePartition, offset: SourceOffset, *, deadline: Deadline | None
+    ) -> None:
+        """Write a committed offset (:class:`OffsetCommits`)."""
+        await self.write(partition, encode_value(offset), deadline=deadline)
+
     async def delete_raw(
         self, key: bytes, *, stop: asyncio.Event | None = None, deadline: Deadline | None = None
     ) -> None:
@@ -107,7 +124,7 @@ class Committer:
 
     def __init__(
         self,
-        writer: OffsetWriter,
+        writer: OffsetCommits,
         partition: SourcePartition,
         stop: StopSignal,
         on_committed: Callable[[SourceOffset], None],
@@ -149,9 +166,7 @@ class Committer:
             offset = self._tracker.committable()
             if offset is not None:
                 # At shutdown the write gets what is left of the stop's deadline, no more.
-                await self._writer.write(
-                    self._partition, encode_value(offset), deadline=self._stop.deadline
-                )
+                await self._writer.commit(self._partition, offset, deadline=self._stop.deadline)
                 self._on_committed(offset)
                 continue
             if self._closing:

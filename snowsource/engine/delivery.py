@@ -5,6 +5,10 @@ record of the acknowledged prefix that :meth:`PageDelivery.deliver_page` reports
 about how a page reaches Kafka lives behind that one call, so a transactional delivery can wrap
 it (begin, send the page, add the offset, commit) without touching the poller's rules.
 
+Both delivery guarantees sit behind :class:`TableDelivery`: :class:`PageDelivery` (at least
+once, the shared producer) and ``engine.txn_delivery.TransactionalDelivery`` (exactly once), so
+the poller never asks which one it has.
+
 The whole page goes through ``Sink.send_page`` as per-partition batches: one future per page,
 never one per record, and the constant headers and the phase header are built once per table
 and page, not per row.
@@ -14,18 +18,67 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
 from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.table import TableSpec
+from snowsource.engine.committer import OffsetCommits, OffsetWriter
 from snowsource.engine.ports import Sink
 from snowsource.runtime.deadline import StopSignal
+
+KeyValue = Callable[[Emit], tuple[bytes, bytes | None]]
+RecordHeaders = Callable[[Emit], Headers]
+
+
+class TableDelivery(Protocol):
+    """How one stream's pages and offsets reach Kafka, as the poller sees it."""
+
+    #: True when a restart must rebuild the dedup cache (a failed rebuild fails the table).
+    exactly_once: bool
+
+    @property
+    def unacknowledged(self) -> int: ...
+
+    @property
+    def in_flight(self) -> list[asyncio.Future[PageAck]]: ...
+
+    def forget(self) -> None: ...
+
+    async def begin_generation(self) -> None:
+        """Before a generation reads its offset (exactly-once: fence older producers)."""
+
+    def offsets(self, writer: OffsetWriter) -> OffsetCommits:
+        """What the generation's committer writes its offsets through."""
+
+    def records(self, plan: PagePlan) -> list[PageRecordLike]:
+        """The page's records as they are sent: key, value and their own headers."""
+
+    async def deliver_page(self, plan: PagePlan) -> PageAck | None: ...
+
+
+class DeliveryFactory(Protocol):
+    """Builds a stream's delivery; :class:`PageDelivery` itself is the at-least-once one."""
+
+    def __call__(
+        self,
+        spec: TableSpec,
+        sink: Sink,
+        stop: StopSignal,
+        *,
+        headers: Headers | None = None,
+        key_value: KeyValue | None = None,
+        record_headers: RecordHeaders | None = None,
+    ) -> TableDelivery: ...
+
 
 _PHASE_HEADERS = {phase: ("snow.phase", phase.encode()) for phase in ("backfill", "stream")}
 
 
 class PageDelivery:
-    """Sends one table's pages, at most one unacknowledged at a time."""
+    """Sends one table's pages, at most one unacknowledged at a time (at least once)."""
+
+    exactly_once = False
 
     def __init__(
         self,
@@ -34,8 +87,8 @@ class PageDelivery:
         stop: StopSignal,
         *,
         headers: Headers | None = None,
-        key_value: Callable[[Emit], tuple[bytes, bytes | None]] | None = None,
-        record_headers: Callable[[Emit], Headers] | None = None,
+        key_value: KeyValue | None = None,
+        record_headers: RecordHeaders | None = None,
     ) -> None:
         """``headers`` (every record's, first), ``key_value`` (a record's key and value,
         ``None`` for a tombstone) and ``record_headers`` (a record's own headers, last) come
@@ -70,6 +123,13 @@ class PageDelivery:
         """A new generation starts: an ack from the previous one means nothing to it."""
         self._pending = None
         self._pending_records = 0
+
+    async def begin_generation(self) -> None:
+        """Nothing to prepare: the shared producer is the daemon's."""
+
+    def offsets(self, writer: OffsetWriter) -> OffsetCommits:
+        """Offsets go to the offsets topic after the page's acks."""
+        return writer
 
     def records(self, plan: PagePlan) -> list[PageRecordLike]:
         """The page's records: key, value and the headers that differ per record."""

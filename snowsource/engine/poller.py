@@ -56,6 +56,7 @@ from snowsource.core.table import TableSpec
 from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
+from snowsource.engine.delivery import DeliveryFactory, PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
@@ -142,6 +143,7 @@ class Poller:
         hooks: StreamHooks | None = None,
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
+        delivery: DeliveryFactory = PageDelivery,
     ) -> None:
         self.spec = spec
         self._pages = pages
@@ -157,7 +159,7 @@ class Poller:
         # What differs between a table's stream and its delete stream: shaping, HI cap.
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
-        self._delivery = self._hooks.delivery(sink, stop)
+        self._delivery = self._hooks.delivery(sink, stop, delivery)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -230,6 +232,7 @@ class Poller:
 
     async def _generation(self) -> None:
         """One incarnation of the table: load the offset, sweep beside a committer, drain."""
+        await self._delivery.begin_generation()
         committed = await load_offset(
             self.spec, self._store, self._writer, stop=self._stop.event, log=self._log
         )
@@ -243,7 +246,7 @@ class Poller:
             moved_back=self._store.moved_back(self.spec.partition),
             stop=self._stop.event,
             retry=self._retry,
-            required=False,
+            required=self._delivery.exactly_once,
             log=self._log,
         )
         committer = self._committer
@@ -272,7 +275,8 @@ class Poller:
         # now), so only rows between it and the cursor can be told apart as late commits.
         self._late_floor = self._cursor
         self._dedup = DedupCache(spec.dedup_max_entries)
-        self._committer = Committer(self._writer, spec.partition, self._stop, self._committed)
+        offsets = self._delivery.offsets(self._writer)
+        self._committer = Committer(offsets, spec.partition, self._stop, self._committed)
         self._last_submitted = None
         self._delivery.forget()
         self._ending = False
@@ -500,8 +504,7 @@ class Poller:
             ):
                 ack = await self._delivery.deliver_page(plan)
             if ack is None:
-                # Stopping and the deadline passed with records unacknowledged: the drain
-                # reports it.
+                # Stopping, the deadline passed with records unacknowledged: the drain says so.
                 raise StoppedError("stop requested while records were unacknowledged")
         assert plan.cursor is not None
         self._cursor = plan.cursor

@@ -36,7 +36,7 @@ from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
@@ -95,9 +95,12 @@ class StreamHooks:
         ``snow.timestamp``/``snow.phase`` headers are added by the page delivery)."""
         return emit.key, emit.value
 
-    def delivery(self, sink: Sink, stop: StopSignal) -> PageDelivery:
-        """The page delivery of this stream: its records shaped and headed as above."""
-        return PageDelivery(
+    def delivery(
+        self, sink: Sink, stop: StopSignal, make: DeliveryFactory = PageDelivery
+    ) -> TableDelivery:
+        """The page delivery of this stream (``make``: at least once, or exactly once), its
+        records shaped and headed as above."""
+        return make(
             self.spec,
             sink,
             stop,

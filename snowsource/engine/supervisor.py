@@ -36,17 +36,20 @@ from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget, page_slots
+from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.group_owner import GroupOwner, group_membership
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
+from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
     secret_value,
     snow_auth,
     snow_client,
+    table_deliveries,
     table_spec,
 )
 from snowsource.observability import metrics
@@ -105,6 +108,7 @@ class Daemon:
         self.store: OffsetStore | None = None
         self.client: ServiceNowClient | None = None
         self.sink: RecordSink | None = None
+        self.deliveries: Deliveries | None = None
         self.target = ConnectorState.RUNNING
         self.kafka_ready = False
         self.topic_problems: dict[str, str] = {}
@@ -253,6 +257,9 @@ class Daemon:
                 output_topics=self._replay_topics(),
                 allow_full_replay=self.allow_full_replay,
             ),
+        )
+        self.deliveries = await self._open(
+            stack, table_deliveries(s, conn, self.store, self._retry)
         )
         self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
         self.topic_watch = await self._open(
@@ -416,6 +423,7 @@ class Daemon:
                 hooks=hooks[spec.alias],
                 pages=pages,
                 tail=TopicTail(self._conn),
+                delivery=self.deliveries.factory(spec) if self.deliveries else PageDelivery,
             )
             pollers[spec.alias] = poller
             problem = self.topic_problems.get(spec.topic)

@@ -14,7 +14,14 @@ from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
+from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine.txn_delivery import (
+    Deliveries,
+    OffsetsTopic,
+    other_members,
+    transactional_producer,
+)
 
 
 def secret_value(value: Any) -> str | None:
@@ -152,3 +159,22 @@ def connector_specs(settings: Settings) -> list[TableSpec]:
         for alias, table in settings.tables.items()
         for spec in stream_specs(settings, alias, table)
     ]
+
+
+def table_deliveries(
+    settings: Settings, conn: KafkaConnection, store: OffsetsTopic, retry: RetryPolicy
+) -> Deliveries:
+    """How each stream's pages reach Kafka: the shared producer, or with ``exactly.once`` a
+    transactional producer per stream."""
+    if not settings.exactly_once:
+        return Deliveries(None)
+    k = settings.kafka
+    make = transactional_producer(
+        conn,
+        connector=settings.name,
+        offsets_topic=settings.offset_storage_topic,
+        linger_ms=k.linger_ms,
+        max_request_size=k.max_request_size,
+        compression_type=str(k.compression_type),
+    )
+    return Deliveries(make, store=store, retry=retry, others=other_members(conn, settings.name))

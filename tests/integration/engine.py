@@ -134,9 +134,14 @@ class Record:
         return orjson.loads(self.value)
 
 
-async def read_topic(bootstrap: str, topic: str) -> list[Record]:
-    """Every record of ``topic`` from the beginning to its current end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+async def read_topic(
+    bootstrap: str, topic: str, *, isolation_level: str = "read_uncommitted"
+) -> list[Record]:
+    """Every record of ``topic`` from the beginning to its current end (with
+    ``read_committed``: to its last stable offset, aborted records left out)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation_level
+    )
     await consumer.start()
     try:
         parts = consumer.partitions_for_topic(topic)

@@ -208,3 +208,9 @@ def test_only_the_listed_values_are_refused(load: Load, monkeypatch: pytest.Monk
     monkeypatch.setattr(availability, "NOT_YET_AVAILABLE", (("exactly.once", True),))
     assert load({("value.format",): "typed"}).settings.value_format is ValueFormat.TYPED
     assert "exactly.once" in _problems(load, {("exactly.once",): True})
+
+
+def test_exactly_once_is_available(load: Load) -> None:
+    cfg = load({("exactly.once",): True}).settings
+    assert cfg.exactly_once is True
+    assert ("exactly.once", True) not in NOT_YET_AVAILABLE
