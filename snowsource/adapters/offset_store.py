@@ -34,6 +34,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
 from snowsource.core.retry import RetryPolicy
+from snowsource.runtime.aio import together
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 from snowsource.runtime.retrying import DeadlineExceededError, retrying
@@ -176,14 +177,23 @@ class OffsetStore(AsyncResource):
         self._num_partitions = 0
         self._closed = False
         self.loaded = asyncio.Event()
+        # Set once the topic exists and is usable: what may only happen after the missing-topic
+        # rule allowed the start (creating output topics) waits for it.
+        self.topic_ready = asyncio.Event()
 
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""
-        await self._ensure_topic()
+        created = await self._ensure_topic()
+        self.topic_ready.set()
         # Kept before start(): a start that fails half-way has connections close() must stop.
         self._producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
-        await self._producer.start()
-        await self.load()
+        if created:
+            # Created a moment ago, so empty: reading it would only wait for its partition
+            # leaders (half a second or more on a fresh topic) to learn that.
+            self._loaded({}, {})
+            await self._producer.start()
+        else:
+            await together(self._producer.start(), self.load())
 
     async def close(self, deadline: Deadline | None = None) -> None:
         """Flush pending writes and close within ``deadline``. Safe to call more than once."""
@@ -193,14 +203,16 @@ class OffsetStore(AsyncResource):
         if self._producer is not None:
             await stop_client(self._producer, "the offsets producer", deadline)
 
-    async def _ensure_topic(self) -> None:
+    async def _ensure_topic(self) -> bool:
+        """Create or verify the topic; True when this call created it."""
+        created = False
         async with admin_client(self._conn) as admin:
             found = await existing_topics(admin, [self.topic])
             if self.topic not in found:
                 if not self._create:
                     raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
                 await self._guard_replay()
-                await create_topic(
+                created = await create_topic(
                     admin,
                     self.topic,
                     partitions=self._partitions,
@@ -226,6 +238,7 @@ class OffsetStore(AsyncResource):
                 f"offset.storage.topic at another topic"
             )
         self._num_partitions = found[self.topic]
+        return created
 
     async def _guard_replay(self) -> None:
         if self._output_topics is None:
@@ -278,6 +291,9 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
+        self._loaded(data, written)
+
+    def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
         self._written_ms = written
         for key in data:

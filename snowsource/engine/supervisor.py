@@ -35,6 +35,7 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.engine.budget import PageBudget, page_slots
+from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
@@ -48,7 +49,7 @@ from snowsource.engine.wiring import (
 )
 from snowsource.observability import metrics
 from snowsource.observability.logs import register_secrets
-from snowsource.runtime.aio import done_before
+from snowsource.runtime.aio import done_before, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
 
@@ -225,32 +226,47 @@ class Daemon:
 
     async def _open_resources(self, stack: AsyncExitStack) -> None:
         s, conn = self.settings, self._conn
-        self.client = await self._open(
-            stack,
-            snow_client(s, on_date=self.clock.observe_date_header, on_response=_observe_response),
+        client = snow_client(
+            s, on_date=self.clock.observe_date_header, on_response=_observe_response
         )
-        self.sink = await self._open(
-            stack,
-            RecordSink(
-                conn,
-                linger_ms=s.kafka.linger_ms,
-                max_request_size=s.kafka.max_request_size,
-                compression_type=str(s.kafka.compression_type),
-            ),
+        sink = RecordSink(
+            conn,
+            linger_ms=s.kafka.linger_ms,
+            max_request_size=s.kafka.max_request_size,
+            compression_type=str(s.kafka.compression_type),
         )
-        self.store = await self._open(
-            stack,
-            OffsetStore(
-                conn,
-                topic=s.offset_storage_topic,
-                connector=s.name,
-                partitions=s.offset_storage_partitions,
-                replication_factor=s.offset_storage_replication_factor,
-                output_topics=self._replay_topics(),
-                allow_full_replay=self.allow_full_replay,
-            ),
+        store = OffsetStore(
+            conn,
+            topic=s.offset_storage_topic,
+            connector=s.name,
+            partitions=s.offset_storage_partitions,
+            replication_factor=s.offset_storage_replication_factor,
+            output_topics=self._replay_topics(),
+            allow_full_replay=self.allow_full_replay,
         )
-        self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+        # Closed in reverse order, each whether or not its start got far: close copes with that.
+        for resource in (client, sink, store):
+            stack.push_async_callback(self._close, resource)
+        probe = StartupProbe(self.clock, client, self.specs[0]) if self.specs else None
+        if probe is not None:
+            stack.push_async_callback(self._close, probe)
+
+        # What follows the offsets topic rule (a refused start creates nothing and asks
+        # ServiceNow nothing) waits for it, not for the rest of the store's start.
+        async def session_and_probe() -> None:
+            await client.start()
+            if probe is not None:
+                await store.topic_ready.wait()
+                await probe.start()  # in the background: nothing below waits for its answer
+
+        async def output_topics() -> None:
+            await store.topic_ready.wait()
+            self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+
+        # None of these needs another's result, so their round trips to Kafka overlap: the HTTP
+        # session (and the clock probe), the producer, the offsets store and the output topics.
+        await together(session_and_probe(), sink.start(), store.start(), output_topics())
+        self.client, self.sink, self.store = client, sink, store
         self.topic_watch = await self._open(
             stack, TopicWatch(conn, [spec.topic for spec in self.specs])
         )
