@@ -188,6 +188,7 @@ FIGURES: list[Figure] = [
     ("(c) daemon CPU us/row", lambda c: _spread(_per_row(c["daemon"]), "{:.1f}")),
     ("(c) start-up s (to 1st request)", lambda c: _daemon(c, "startup_wall", "{:.2f}")),
     ("(c) start-up CPU s", lambda c: _daemon(c, "startup_cpu", "{:.2f}")),
+    ("(c) start-up s (to 1st page)", lambda c: _daemon(c, "first_page_wall", "{:.2f}")),
     ("(c) peak RSS MiB", lambda c: _daemon(c, "peak_rss_mib", "{:.0f}")),
     ("emulator CPU us/row during (a)",
      lambda c: _spread(_per_row(c["pager"], "emulator_cpu"), "{:.1f}")),

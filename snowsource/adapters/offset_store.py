@@ -177,14 +177,15 @@ class OffsetStore(AsyncResource):
         self._num_partitions = 0
         self._closed = False
         self.loaded = asyncio.Event()
-        # Set once the topic exists and is usable: what may only happen after the missing-topic
-        # rule allowed the start (creating output topics) waits for it.
-        self.topic_ready = asyncio.Event()
+        # Set once the start is allowed (the missing-topic rule passed, or the topic exists and
+        # is compacted): what a refused start must not do (create output topics, ask
+        # ServiceNow anything) waits for it, not for the rest of the store's start.
+        self.allowed = asyncio.Event()
 
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""
         created = await self._ensure_topic()
-        self.topic_ready.set()
+        self.allowed.set()
         # Kept before start(): a start that fails half-way has connections close() must stop.
         self._producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
         if created:
@@ -212,6 +213,7 @@ class OffsetStore(AsyncResource):
                 if not self._create:
                     raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
                 await self._guard_replay()
+                self.allowed.set()  # the topic is created compacted: nothing left to refuse
                 created = await create_topic(
                     admin,
                     self.topic,

@@ -332,7 +332,7 @@ def _write(
     mod_count = 0 if updated == created else _randint(rng, 1, 8)
     values.update(sys_updated_on=stamp(updated), sys_mod_count=str(mod_count))
     by = "admin" if rng.random() < 0.3 else "system"
-    row = emu.insert(table, values, at=created, visible_at=updated, by=by)
+    row = emu.insert_texts(table, values, at=created, visible_at=updated, by=by)
     return row["sys_id"]
 
 

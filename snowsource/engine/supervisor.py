@@ -244,32 +244,30 @@ class Daemon:
             output_topics=self._replay_topics(),
             allow_full_replay=self.allow_full_replay,
         )
-        # Closed in reverse order, each whether or not its start got far: close copes with that.
-        for resource in (client, sink, store):
-            stack.push_async_callback(self._close, resource)
+        watch = TopicWatch(conn, [spec.topic for spec in self.specs])
         probe = StartupProbe(self.clock, client, self.specs[0]) if self.specs else None
-        if probe is not None:
-            stack.push_async_callback(self._close, probe)
+        # Closed in reverse order, each whether or not its start got far: close copes with that.
+        for resource in (client, sink, store, probe, watch):
+            if resource is not None:
+                stack.push_async_callback(self._close, resource)
 
-        # What follows the offsets topic rule (a refused start creates nothing and asks
-        # ServiceNow nothing) waits for it, not for the rest of the store's start.
+        # What a refused start must not do (create output topics, ask ServiceNow anything)
+        # waits for the offsets topic rule, not for the rest of the store's start.
         async def session_and_probe() -> None:
             await client.start()
             if probe is not None:
-                await store.topic_ready.wait()
+                await store.allowed.wait()
                 await probe.start()  # in the background: nothing below waits for its answer
 
         async def output_topics() -> None:
-            await store.topic_ready.wait()
+            await store.allowed.wait()
             self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+            await watch.start()  # the topics exist now (or their tables fail)
 
         # None of these needs another's result, so their round trips to Kafka overlap: the HTTP
         # session (and the clock probe), the producer, the offsets store and the output topics.
         await together(session_and_probe(), sink.start(), store.start(), output_topics())
-        self.client, self.sink, self.store = client, sink, store
-        self.topic_watch = await self._open(
-            stack, TopicWatch(conn, [spec.topic for spec in self.specs])
-        )
+        self.client, self.sink, self.store, self.topic_watch = client, sink, store, watch
         if self._api_factory is not None:
             self.api = await self._open(stack, self._api_factory(self))
         self.membership = await self._open(
