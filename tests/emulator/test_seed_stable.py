@@ -1,0 +1,41 @@
+"""Seeding is fast-pathed (one template per table, values drawn inline): what it stores must
+stay exactly what the plain insert path stored, row for row, for a given seed."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from snowsource.emulator import Emulator
+
+# The rows of this seed as the general insert path wrote them before the fast path. A deliberate change to the
+# seeded data changes this digest; an optimisation must not.
+SEEDED_DIGEST = "dd07408e9972dcd46b5a734eff4fcd93209cbd142f209dbeb825ed8423708453"
+
+
+def _digest(emu: Emulator) -> str:
+    digest = hashlib.sha256()
+    for table in sorted(emu.tables):
+        for row in emu.rows(table):
+            digest.update(repr(sorted(row.items())).encode())
+    return digest.hexdigest()
+
+
+def test_seeded_rows_are_unchanged_for_a_seed() -> None:
+    emu = Emulator(seed=3, now=datetime(2026, 9, 29, 7, 0, tzinfo=UTC))
+    emu.seed(tables=("incident", "change_request", "cmdb_ci", "task_sla"), rows=400)
+    assert _digest(emu) == SEEDED_DIGEST
+
+
+def test_insert_after_seeding_fills_defaults_like_any_insert() -> None:
+    emu = Emulator(seed=3, now=datetime(2026, 9, 29, 7, 0, tzinfo=UTC))
+    emu.seed(tables=("incident",), rows=5)
+    row = emu.insert("incident", {"short_description": "typed", "impact": 2})
+    assert row["impact"] == "2"
+    assert row["sys_class_name"] == "incident"
+    assert row["sys_created_on"] == row["sys_updated_on"] == row["opened_at"]
+    assert row["sys_created_by"] == row["sys_updated_by"] == "system"
+    assert row["number"].startswith("INC")
+    # The returned row is a copy: changing it does not change what is stored.
+    row["short_description"] = "changed"
+    assert emu.get("incident", row["sys_id"])["short_description"] == "typed"
