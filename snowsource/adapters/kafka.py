@@ -273,7 +273,11 @@ async def broker_defaults(admin: AIOKafkaAdminClient) -> tuple[int, int]:
     cluster = await admin.describe_cluster()
     brokers = cluster.get("brokers") or []
     node_id = str(brokers[0]["node_id"]) if brokers else "1"
-    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node_id)])
+    # Only the two keys: a broker's whole configuration is hundreds of entries to decode.
+    wanted = {"num.partitions": None, "default.replication.factor": None}
+    responses = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, node_id, configs=wanted)]
+    )
     values: dict[str, str] = {}
     for response in responses:
         for resource in response.resources:
