@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from snowsource.emulator import Emulator
 
-# The rows of this seed as the general insert path wrote them before the fast path. A deliberate change to the
-# seeded data changes this digest; an optimisation must not.
+# The rows of this seed as the general insert path wrote them before the fast path. A
+# deliberate change to the seeded data changes this digest; an optimisation must not.
 SEEDED_DIGEST = "dd07408e9972dcd46b5a734eff4fcd93209cbd142f209dbeb825ed8423708453"
 
 
@@ -38,4 +38,6 @@ def test_insert_after_seeding_fills_defaults_like_any_insert() -> None:
     assert row["number"].startswith("INC")
     # The returned row is a copy: changing it does not change what is stored.
     row["short_description"] = "changed"
-    assert emu.get("incident", row["sys_id"])["short_description"] == "typed"
+    stored = emu.get("incident", row["sys_id"])
+    assert stored is not None
+    assert stored["short_description"] == "typed"
