@@ -4,9 +4,11 @@ stay exactly what the plain insert path stored, row for row, for a given seed.""
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+import random
+from datetime import UTC, datetime, timedelta, timezone
 
 from snowsource.emulator import Emulator
+from snowsource.emulator.clock import stamp
 
 # The rows of this seed as the general insert path wrote them before the fast path. A
 # deliberate change to the seeded data changes this digest; an optimisation must not.
@@ -41,3 +43,14 @@ def test_insert_after_seeding_fills_defaults_like_any_insert() -> None:
     stored = emu.get("incident", row["sys_id"])
     assert stored is not None
     assert stored["short_description"] == "typed"
+
+
+def test_stamp_is_the_utc_second_of_any_instant() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        instant = datetime(1, 1, 2, tzinfo=UTC) + timedelta(seconds=rng.uniform(0, 3.15e11))
+        offset = timezone(timedelta(minutes=rng.randint(-900, 900)))
+        shown = instant.astimezone(offset) if 2 < instant.year < 9998 else instant
+        assert stamp(shown) == instant.isoformat(" ", "seconds")[:19]
+    naive = datetime(2026, 9, 29, 7, 30, 1, 999999)  # local time, as astimezone reads it
+    assert stamp(naive) == naive.astimezone(UTC).isoformat(" ", "seconds")[:19]
