@@ -77,10 +77,11 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 
 # Last, so a new commit (REVISION) rebuilds no layer above.
-# VERSION is kept in step with pyproject.toml's version (the image smoke test compares them).
+# VERSION is kept in step with pyproject.toml's version (the image smoke test compares them),
+# SOURCE_URL with its [project.urls] Source (tests/unit/test_project_urls.py).
 ARG VERSION=0.1.0
 ARG REVISION=""
-ARG SOURCE_URL=""
+ARG SOURCE_URL="https://git.example.com/snowsource/snowsource"
 LABEL org.opencontainers.image.title="snowsource" \
       org.opencontainers.image.description="Stream ServiceNow tables into Apache Kafka with Kafka Connect-compatible offsets" \
       org.opencontainers.image.version="${VERSION}" \

@@ -174,6 +174,13 @@ def _daemon(case: dict[str, Any], key: str, fmt: str) -> str:
     return _spread([r[key] for r in case["daemon"]], fmt)
 
 
+def _rss_trace(case: dict[str, Any]) -> str:
+    """Where the per-second RSS samples start and end: a flat run ends where it started."""
+    traces = [r["rss_samples"] for r in case["daemon"] if r["rss_samples"]]
+    first = _spread([t[0][1] for t in traces], "{:.0f}")
+    return f"{first} / {_spread([t[-1][1] for t in traces], '{:.0f}')}"
+
+
 Figure = tuple[str, Callable[[dict[str, Any]], str]]
 
 FIGURES: list[Figure] = [
@@ -190,6 +197,7 @@ FIGURES: list[Figure] = [
     ("(c) start-up CPU s", lambda c: _daemon(c, "startup_cpu", "{:.2f}")),
     ("(c) start-up s (to 1st page)", lambda c: _daemon(c, "first_page_wall", "{:.2f}")),
     ("(c) peak RSS MiB", lambda c: _daemon(c, "peak_rss_mib", "{:.0f}")),
+    ("(c) RSS MiB at 1st page / end", _rss_trace),
     ("emulator CPU us/row during (a)",
      lambda c: _spread(_per_row(c["pager"], "emulator_cpu"), "{:.1f}")),
     ("emulator CPU us/row during (c)",

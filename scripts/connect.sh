@@ -32,39 +32,22 @@ PIDFILE="$CONNECT_DATA/connect.pid"
 LOGFILE="$CONNECT_DATA/connect.log"
 START_TIMEOUT="${CONNECT_START_TIMEOUT:-120}"
 
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$here/scripts/lib.sh"
+
 log() { printf 'connect.sh: %s\n' "$*" >&2; }
 
 classpath() {
   if [[ ! -f "$CONNECT_CACHE/.complete" ]]; then
     command -v mvn >/dev/null || { log "mvn not found: install Maven to fetch the Connect jars"; exit 1; }
     log "fetching Kafka Connect $KAFKA_VERSION from Maven Central into $CONNECT_CACHE (once)"
-    local work
-    work="$(mktemp -d)"
-    cat >"$work/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.snowsource</groupId><artifactId>kafka-connect</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-json</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-file</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.24.3</version></dependency>
-  </dependencies>
-</project>
-POM
-    rm -rf "$CONNECT_CACHE"
-    mkdir -p "$CONNECT_CACHE/libs"
-    mvn -q -B -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$CONNECT_CACHE/libs" >&2
-    rm -rf "$work"
-    touch "$CONNECT_CACHE/.complete"
+    maven_fetch "$CONNECT_CACHE" kafka-connect \
+      "$(maven_dependency org.apache.kafka connect-runtime "$KAFKA_VERSION")
+$(maven_dependency org.apache.kafka connect-json "$KAFKA_VERSION")
+$(maven_dependency org.apache.kafka connect-file "$KAFKA_VERSION")
+$(maven_dependency org.apache.logging.log4j log4j-slf4j-impl 2.24.3)"
   fi
   echo "$CONNECT_CACHE/libs/*"
-}
-
-is_running() {
-  [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
 
 # Answers 0 once the worker's REST API answers GET / (it does so only after the herder started).
@@ -119,40 +102,11 @@ L4J2
   nohup java "${java_opts[@]}" -cp "$cp" org.apache.kafka.connect.cli.ConnectStandalone \
     "$CONNECT_DATA/worker.properties" >"$CONNECT_DATA/stdout.log" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
-  local waited=0
-  until probe; do
-    if ! is_running; then
-      log "worker exited during start-up; last log lines:"
-      tail -n 30 "$LOGFILE" "$CONNECT_DATA/stdout.log" >&2 2>/dev/null || true
-      exit 1
-    fi
-    if ((waited >= START_TIMEOUT * 4)); then
-      log "worker REST did not answer within ${START_TIMEOUT}s; see $LOGFILE"
-      exit 1
-    fi
-    sleep 0.25
-    waited=$((waited + 1))
-  done
+  wait_started worker "$CONNECT_DATA/stdout.log" "worker REST did not answer"
   log "ready on http://127.0.0.1:$CONNECT_PORT (pid $(cat "$PIDFILE"))"
 }
 
-stop() {
-  if ! is_running; then
-    log "not running"
-    rm -f "$PIDFILE"
-    return 0
-  fi
-  local pid
-  pid="$(cat "$PIDFILE")"
-  kill -TERM "$pid"
-  for _ in $(seq 1 120); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; log "stopped"; return 0; }
-    sleep 0.25
-  done
-  log "worker did not stop in 30s; killing it"
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$PIDFILE"
-}
+stop() { stop_process worker; }
 
 case "${1:-}" in
   start) start ;;

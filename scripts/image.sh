@@ -221,12 +221,11 @@ pip_ca() {
   done
 }
 
+# The project's published repository (pyproject.toml, [project.urls] Source), not this clone's
+# origin: a fork or a mirror with credentials in its URL must not end up in the label.
 source_url() {
-  local url
-  url="$(git -C "$here" remote get-url origin 2>/dev/null || true)"
-  # Never a credential in a label: drop any user:password@ part.
-  url="${url/#git@github.com:/https://github.com/}"
-  echo "$url" | sed -E 's#^(https?://)[^/@]*@#\1#'
+  awk '/^\[/ { urls = ($0 == "[project.urls]") } urls && /^Source *=/ {
+    sub(/^Source *= *"/, ""); sub(/".*$/, ""); print; exit }' "$here/pyproject.toml"
 }
 
 build() {

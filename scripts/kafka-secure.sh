@@ -19,23 +19,27 @@
 # Environment: KAFKA_SECURE_PORT (default 9392), KAFKA_SASL_PASSWORD (default
 # snowsource-secret), KAFKA_TLS_DIR (default $KAFKA_DATA/tls), KAFKA_DATA (default
 # .kafka/secure-$KAFKA_SECURE_PORT), and KAFKA_VERSION / KAFKA_HOME / KAFKA_CACHE as for kafka.sh,
-# whose jar cache and helpers (classpath, cluster_id, probe, is_running, stop) this script reuses.
+# whose jar cache and broker helpers (scripts/lib.sh) this script shares.
 set -euo pipefail
 
 secure_here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-9392}"
 MTLS_PORT=$((KAFKA_SECURE_PORT + 1))
-# kafka.sh's helpers speak to KAFKA_PORT in plaintext: here that is the internal listener.
+# The broker helpers speak to KAFKA_PORT in plaintext: here that is the internal listener.
 export KAFKA_PORT=$((KAFKA_SECURE_PORT + 2))
 export KAFKA_DATA="${KAFKA_DATA:-$secure_here/.kafka/secure-$KAFKA_SECURE_PORT}"
 KAFKA_SASL_PASSWORD="${KAFKA_SASL_PASSWORD:-snowsource-secret}"
 KAFKA_TLS_DIR="${KAFKA_TLS_DIR:-$KAFKA_DATA/tls}"
 
-# Everything of kafka.sh but its command dispatch at the end.
-# shellcheck source=kafka.sh
-source <(sed '/^case "\${1:-}" in$/,$d' "$secure_here/scripts/kafka.sh")
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$secure_here/scripts/lib.sh"
+kafka_defaults
 
 log() { printf 'kafka-secure.sh: %s\n' "$*" >&2; }
+classpath() { kafka_classpath; }
+is_running() { kafka_is_running; }
+probe() { kafka_probe; }
+stop() { stop_process broker; }
 
 if [[ ! "$KAFKA_SASL_PASSWORD" =~ ^[A-Za-z0-9._-]+$ ]]; then
   log "KAFKA_SASL_PASSWORD may only hold A-Z a-z 0-9 . _ - (it is written into JAAS and SCRAM specs)"
@@ -128,20 +132,7 @@ L4J2
   nohup java "${java_opts[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DATA/server.properties" \
     >"$KAFKA_DATA/stdout.log" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
-  local waited=0
-  until probe; do
-    if ! is_running; then
-      log "broker exited during start-up; last log lines:"
-      tail -n 30 "$LOGFILE" "$KAFKA_DATA/stdout.log" >&2 2>/dev/null || true
-      exit 1
-    fi
-    if ((waited >= START_TIMEOUT * 4)); then
-      log "broker did not answer within ${START_TIMEOUT}s; see $LOGFILE"
-      exit 1
-    fi
-    sleep 0.25
-    waited=$((waited + 1))
-  done
+  wait_started broker "$KAFKA_DATA/stdout.log" "broker did not answer"
   log "ready (pid $(cat "$PIDFILE")); CA for clients: $KAFKA_TLS_DIR/ca.pem"
 }
 

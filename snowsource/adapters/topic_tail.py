@@ -15,6 +15,13 @@ every record of the window without touching the rest of the topic. A hard cap on
 records keeps a pathological topic (another writer's traffic, a rewind) from turning the
 rebuild into a full read: past it the rebuild stops early and says so — at worst a duplicate,
 never a loss, because the cache only ever suppresses exact repeats.
+
+A delete stream shares its table's topic and headers, so it reads the same records and keeps
+only the tombstones (``snow.operation: delete``). Its dedup cache is keyed like its rows — by
+the audit row's sys_id, carried in the ``snow.audit_id`` header, with the digest of the deleted
+row's key — because the record key alone (the documentkey) is not what the stream reads again.
+A tombstone written before that header existed cannot be matched and is skipped: it may be
+emitted once more, never lost.
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
 from snowsource.core.dedup import digest
+from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +69,7 @@ class _Window:
     table: bytes
     since: str
     slack_floor: str
+    deletes: bool = False  # a delete stream's window: its tombstones, by audit row
 
 
 class TopicTail:
@@ -78,6 +87,7 @@ class TopicTail:
         since: str,
         slack_floor: str,
         max_scanned: int,
+        deletes: bool = False,
     ) -> TailResult:
         """:func:`read_window` on this connection."""
         return await read_window(
@@ -88,6 +98,7 @@ class TopicTail:
             since=since,
             slack_floor=slack_floor,
             max_scanned=max_scanned,
+            deletes=deletes,
         )
 
 
@@ -108,14 +119,17 @@ async def read_window(
     slack_floor: str,
     max_scanned: int,
     first_step: int = FIRST_STEP,
+    deletes: bool = False,
 ) -> TailResult:
     """This table's records in ``topic`` with ``snow.timestamp >= since``, read_committed.
 
     ``slack_floor`` (at most ``since``) is where the backward walk may stop: once a partition
     shows a record of this table older than it, nothing of the window lies before. Tombstones
     (null values) are returned too, with an empty digest, so deleted ids are remembered as such.
+    With ``deletes`` (``table`` is then the base table) only the tombstones are returned, each
+    as its delete stream emitted it: id = the audit row's sys_id, digest of the record key.
     """
-    window = _Window(instance.encode(), table.encode(), since, slack_floor)
+    window = _Window(instance.encode(), table.encode(), since, slack_floor, deletes)
     async with admin_client(conn) as admin:
         count = (await existing_topics(admin, [topic])).get(topic, 0)
     if count == 0:
@@ -205,17 +219,36 @@ async def _read_range(
                 or _header(headers, "snow.instance") != window.instance
             ):
                 continue
+            if window.deletes and (
+                record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
+            ):
+                continue
             ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
             if ts < window.slack_floor:
                 older_seen = True
             if ts >= window.since:
-                value = record.value
-                chunk.append(
-                    EmittedRecord(
-                        id=record.key.decode("utf-8", "replace"),
-                        ts=ts,
-                        digest=digest(value) if value is not None else b"",
-                        produced_ms=record.timestamp,
-                    )
-                )
+                emitted = _emitted(record, ts=ts, window=window)
+                if emitted is not None:
+                    chunk.append(emitted)
     return chunk, older_seen, count
+
+
+def _emitted(
+    record: ConsumerRecord[bytes, bytes], *, ts: str, window: _Window
+) -> EmittedRecord | None:
+    """What the stream's dedup cache remembered when it emitted this record, if known."""
+    key, value, produced_ms = record.key, record.value, record.timestamp
+    if not window.deletes:
+        return EmittedRecord(
+            id=key.decode("utf-8", "replace"),
+            ts=ts,
+            digest=digest(value) if value is not None else b"",
+            produced_ms=produced_ms,
+        )
+    audit_id = _header(record.headers, AUDIT_ID_HEADER)
+    if not audit_id:
+        return None
+    # The delete stream's row value is the deleted row's key (TombstoneShaper), sent as the key.
+    return EmittedRecord(
+        id=audit_id.decode("utf-8", "replace"), ts=ts, digest=digest(key), produced_ms=produced_ms
+    )

@@ -1,9 +1,11 @@
 """``snowsource check``: validate the configuration, then probe Kafka and ServiceNow (SPEC §1).
 
 One line per check, in a fixed order: config valid; Kafka reachable; offsets topic compacted or
-creatable; then the ServiceNow lines (``check_servicenow``): reachable, credentials accepted, for
-every table (all of ``snow.tables``, whichever task owns it) readable with its base query, cursor
-fields visible and its ``fields`` known; the integration user's time zone. Exit 0 when nothing
+creatable (a WARN when it is missing while owned output topics hold records: ``run`` would
+refuse to start); then the ServiceNow lines (``check_servicenow``): reachable, credentials
+accepted, for every table (all of ``snow.tables``, whichever task owns it) readable with its base
+query, cursor fields visible, its ``fields`` known and what its delete stream or typed records
+read (``check_access``); the integration user's time zone. Exit 0 when nothing
 failed, 1 when a check failed, 2 when the configuration is invalid — in which case nothing is
 contacted.
 
@@ -32,6 +34,7 @@ from snowsource.adapters.kafka import (
     diagnose_security,
     existing_topics,
 )
+from snowsource.adapters.offset_store import topics_with_records
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
 from snowsource.config.settings import LoadedConfig, Settings, load_config
@@ -39,7 +42,7 @@ from snowsource.core.assignment import assign
 from snowsource.core.errors import (
     ConfigError,
 )
-from snowsource.engine.wiring import kafka_connection
+from snowsource.engine.wiring import kafka_connection, owned_specs
 from snowsource.observability.redact import redact
 
 __all__ = [
@@ -203,7 +206,7 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
         results = [CheckResult(reachable, Status.PASS, detail)]
         try:
             async with asyncio.timeout(max(timeout, 5.0)):
-                results.append(await _offsets_topic(admin, settings, offsets))
+                results.append(await _offsets_topic(admin, conn, settings, offsets))
         except (KafkaError, OSError, TimeoutError) as exc:
             results.append(
                 CheckResult(offsets, Status.FAIL, f"cannot inspect it ({_describe(exc)})")
@@ -213,7 +216,9 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
         await admin.close()
 
 
-async def _offsets_topic(admin: AIOKafkaAdminClient, settings: Settings, name: str) -> CheckResult:
+async def _offsets_topic(
+    admin: AIOKafkaAdminClient, conn: KafkaConnection, settings: Settings, name: str
+) -> CheckResult:
     topic = settings.offset_storage_topic
     found = await existing_topics(admin, [topic])
     if topic in found:
@@ -253,6 +258,21 @@ async def _offsets_topic(admin: AIOKafkaAdminClient, settings: Settings, name: s
                     "offset.storage.partitions / offset.storage.replication.factor and the ACLs",
                 ),
             )
+    # The same question the daemon asks before creating it: were the offsets lost?
+    nonempty = await topics_with_records(conn, [spec.topic for spec in owned_specs(settings)])
+    if nonempty:
+        return CheckResult(
+            name,
+            Status.WARN,
+            f"does not exist, but output topic(s) {', '.join(nonempty)} already hold records: "
+            f"the stored offsets are gone (topic deleted, another cluster, or "
+            f"offset.storage.topic changed), and `snowsource run` refuses to start rather "
+            f"than replay every table from its start.timestamp",
+            (
+                "restore the offsets from an export: snowsource offsets import FILE",
+                "or accept one full replay: snowsource run --allow-full-replay",
+            ),
+        )
     return CheckResult(
         name,
         Status.PASS,

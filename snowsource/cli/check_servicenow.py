@@ -2,7 +2,8 @@
 
 Lines, in order: ServiceNow reachable (an HTTP answer at all; a refused connection is not a
 credentials problem); credentials accepted; per table (all of ``snow.tables``): readable with its
-base query, cursor fields visible, and, when the table lists ``fields``, those fields exist; the
+base query, cursor fields visible, and, when the table lists ``fields``, those fields exist, then
+what its extra streams need (``check_access``: the audit table, the dictionary); the
 integration user's time zone. Field names are compared with a sampled row read without
 ``sysparm_fields``: every field the integration user can see.
 """
@@ -18,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from snowsource.adapters.servicenow import Page, ServiceNowClient
+from snowsource.cli.check_access import access_checks, skipped_access
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.settings import AuthType, OAuthGrantType, Settings, TableConfig
 from snowsource.core.errors import (
@@ -173,6 +175,7 @@ def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list
         out.append(CheckResult(f"table {alias} cursor fields visible", Status.SKIP, why))
         if table.fields:
             out.append(CheckResult(f"table {alias} fields exist", Status.SKIP, why))
+        out += skipped_access(alias, table, why)
     out.append(CheckResult("integration user's time zone", Status.SKIP, why))
     return out
 
@@ -229,8 +232,11 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
     probes = await asyncio.gather(
         *(_probe_table(client, alias, table) for alias, table in settings.tables.items())
     )
-    for probe in probes:
-        results += probe.results
+    access = await asyncio.gather(
+        *(access_checks(client, alias, table) for alias, table in settings.tables.items())
+    )
+    for probe, needs in zip(probes, access, strict=True):
+        results += probe.results + needs
     results.append(
         await _time_zone(
             client, settings, login=login, user_row=user_row, user_note=user_note, probes=probes

@@ -24,6 +24,10 @@ AUDIT_ID_FIELD: Final = "sys_id"
 AUDIT_FIELDS: Final = ("sys_id", "sys_created_on", "tablename", "documentkey")
 ALIAS_SUFFIX: Final = ".deletes"
 OPERATION_HEADER: Final = "snow.operation"
+#: On every tombstone: the sys_id of the audit row it came from. A tombstone's key is the
+#: deleted row's documentkey and its value is null, so this header (with ``snow.timestamp``, the
+#: audit row's sys_created_on) is what tells a restart which audit rows are already in Kafka.
+AUDIT_ID_HEADER: Final = "snow.audit_id"
 UPSERT: Final = b"upsert"
 DELETE: Final = b"delete"
 # What a 403 on the audit table means and how to fix it, for the delete stream's FAILED status.

@@ -26,6 +26,17 @@ from snowsource.core.typed import TypedRow, convert_row
 RAW_FIELDS_EXTRA = ("sys_mod_count",)
 
 
+def compact_json(obj: Any) -> bytes:
+    """``orjson.dumps(obj)`` in a bytes object of its own size.
+
+    orjson (3.12 on) hands back its whole output buffer, at least 4 KiB and rounded up to a
+    power of two: a 1 KiB row value would hold 16 KiB until the page is acknowledged, which is
+    most of the daemon's memory with many tables. Joining with an empty string copies it into
+    an exact allocation for about 0.1 µs.
+    """
+    return b"".join((orjson.dumps(obj), b""))
+
+
 @dataclass(frozen=True)
 class RecordShaper:
     """Shapes rows of one table for its ``display.value`` and ``exclude.reference.link``."""
@@ -71,8 +82,8 @@ class RecordShaper:
     def value_bytes(self, row: Mapping[str, Any]) -> bytes:
         """Compact UTF-8 JSON of the shaped row."""
         if self.display_value != "true":
-            return orjson.dumps(row)  # the value is the row itself: no copy per row
-        return orjson.dumps(self.shape(row))
+            return compact_json(row)  # the value is the row itself: no copy per row
+        return compact_json(self.shape(row))
 
 
 @dataclass(frozen=True)
@@ -101,8 +112,8 @@ class TypedShaper(RecordShaper):
         if converted.unparsed:
             self.unparsed[self.raw(row, self.id_field) or ""] = converted.unparsed
         if self.connect_envelope:
-            return orjson.dumps(envelope(converted, self.schema_name))
-        return orjson.dumps(converted.values)
+            return compact_json(envelope(converted, self.schema_name))
+        return compact_json(converted.values)
 
     def take_unparsed(self, row_id: str) -> tuple[str, ...]:
         """The fields of row ``row_id`` that did not parse, forgotten once taken."""

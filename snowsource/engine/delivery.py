@@ -35,10 +35,12 @@ class PageDelivery:
         *,
         headers: Headers | None = None,
         key_value: Callable[[Emit], tuple[bytes, bytes | None]] | None = None,
+        record_headers: Callable[[Emit], Headers] | None = None,
     ) -> None:
-        """``headers`` (every record's, first) and ``key_value`` (a record's key and value,
-        ``None`` for a tombstone) come from the stream's hooks; by default a row's id and
-        value with the partition's instance and table."""
+        """``headers`` (every record's, first), ``key_value`` (a record's key and value,
+        ``None`` for a tombstone) and ``record_headers`` (a record's own headers, last) come
+        from the stream's hooks; by default a row's id and value with the partition's
+        instance and table."""
         self._topic = spec.topic
         self._sink = sink
         self._stop = stop
@@ -48,6 +50,7 @@ class PageDelivery:
             ("snow.table", spec.partition.table.encode()),
         ]
         self._key_value = key_value
+        self._record_headers = record_headers
         self._pending: asyncio.Future[PageAck] | None = None
         self._pending_records = 0
 
@@ -78,8 +81,15 @@ class PageDelivery:
                 (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
                 for emit in plan.emits
             ]
+        own = self._record_headers
+        if own is None:
+            return [
+                (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase])
+                for emit in plan.emits
+            ]
         return [
-            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase]) for emit in plan.emits
+            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase, *own(emit)])
+            for emit in plan.emits
         ]
 
     async def deliver_page(self, plan: PagePlan) -> PageAck | None:

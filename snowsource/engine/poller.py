@@ -49,16 +49,13 @@ from snowsource.core.errors import (
     TableError,
     TableFailedError,
 )
-from snowsource.core.offsets_codec import (
-    SourceOffset,
-)
+from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import Committer, CommitterStoppedError, OffsetWriter
-from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
@@ -160,9 +157,7 @@ class Poller:
         # What differs between a table's stream and its delete stream: shaping, HI cap.
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
-        self._delivery = PageDelivery(
-            spec, sink, stop, headers=self._hooks.headers, key_value=self._hooks.key_value
-        )
+        self._delivery = self._hooks.delivery(sink, stop)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -436,6 +431,7 @@ class Poller:
                     dedup=self._dedup,
                     keep_from=keep_from,
                 )
+                del page, rows, positions  # acks take a while: meanwhile hold only the values
                 await self._produce(plan, result)
                 self._failures.succeeded(FailureSource.KAFKA)
                 self._dedup.evict_older_than(keep_from)
@@ -450,6 +446,7 @@ class Poller:
                     metrics.set_phase(spec.alias, "backfill")
                     lag = (self._clock.now() - parse_ts(self._cursor.ts)).total_seconds()
                     self._set_lag(max(lag, 0.0))
+                del plan  # not held while this table waits for its next page (and a slot)
         finally:
             if holding:
                 self._release_page()

@@ -9,7 +9,8 @@ A refused offset is never moved, guessed at or deleted: the table FAILs naming h
 Then the dedup cache is rebuilt from the output topic (``rebuild_dedup``): the first sweep
 re-reads the overlap window before the committed cursor, and every row of it that is already in
 Kafka — including, in at-least-once mode, rows acknowledged after the last offset write — would
-otherwise be produced a second time.
+otherwise be produced a second time. A delete stream reads its own tombstones back from its
+table's topic, identified as it emitted them: by the audit row's sys_id (``snow.audit_id``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class OutputTail(Protocol):
         since: str,
         slack_floor: str,
         max_scanned: int,
+        deletes: bool = False,
     ) -> TailResult: ...
 
 
@@ -192,6 +194,9 @@ async def rebuild_dedup(
     # after records of the window, so the backward walk may only stop below this floor.
     slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
     began = time.monotonic()
+    # A delete stream's tombstones are on its table's topic, under the table's name.
+    base = spec.base
+    table = base.name if base is not None else spec.partition.table
 
     def warn(attempt: Attempt, delay: float) -> None:
         log.warning(
@@ -208,10 +213,11 @@ async def rebuild_dedup(
                     tail.read_window(
                         spec.topic,
                         instance=spec.partition.instance,
-                        table=spec.partition.table,
+                        table=table,
                         since=since,
                         slack_floor=slack_floor,
                         max_scanned=scan_cap(cache.max_entries),
+                        deletes=base is not None,
                     ),
                     stop,
                 )

@@ -18,21 +18,28 @@ other. :func:`stream_hooks` builds the hooks of a generation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
 from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.core.cursor import Position
-from snowsource.core.deletes import ACCESS_HINT, OPERATION_HEADER, cap_high_water
+from snowsource.core.deletes import (
+    ACCESS_HINT,
+    AUDIT_ID_HEADER,
+    OPERATION_HEADER,
+    cap_high_water,
+)
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.engine.ports import PageSource
+from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
+from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 Headers = list[tuple[str, bytes]]
@@ -67,6 +74,8 @@ class StreamHooks:
             ("snow.table", spec.partition.table.encode()),
             UPSERT,
         ]
+        # A record's own headers after ``snow.timestamp`` and ``snow.phase``; None: none.
+        self.record_headers: Callable[[Emit], Headers] | None = None
 
     async def start(self) -> None:
         """Called when a generation starts, before its first sweep."""
@@ -85,6 +94,17 @@ class StreamHooks:
         """Key and value of the record for ``emit`` (``headers`` and the per-record
         ``snow.timestamp``/``snow.phase`` headers are added by the page delivery)."""
         return emit.key, emit.value
+
+    def delivery(self, sink: Sink, stop: StopSignal) -> PageDelivery:
+        """The page delivery of this stream: its records shaped and headed as above."""
+        return PageDelivery(
+            self.spec,
+            sink,
+            stop,
+            headers=self.headers,
+            key_value=self.key_value,
+            record_headers=self.record_headers,
+        )
 
     def explain(self, error: BaseException) -> str:
         """The diagnostic of an error that fails the stream."""
@@ -221,6 +241,7 @@ class DeleteHooks(StreamHooks):
             ("snow.table", base.name.encode()),
             DELETE,
         ]
+        self.record_headers = _audit_headers
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
@@ -233,6 +254,12 @@ class DeleteHooks(StreamHooks):
         if isinstance(error, ServiceNowError) and error.status == 403:
             return f"{error}; {ACCESS_HINT}"
         return str(error)
+
+
+def _audit_headers(emit: Emit) -> Headers:
+    # The delete stream's row id is the audit row's sys_id: a restart's dedup rebuild reads it
+    # back from here, since the record's key is the deleted row's documentkey.
+    return [(AUDIT_ID_HEADER, emit.id.encode())]
 
 
 def stream_hooks(

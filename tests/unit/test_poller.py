@@ -260,5 +260,10 @@ async def test_a_final_offset_write_out_of_time_stops_the_table_and_is_reported(
     status = running.poller.status
     assert status.state == TableState.STOPPED, status.last_error
     assert status.unfinished is not None
-    assert "offset write failed" in status.unfinished
+    # Which of the two the report names depends on whether the deadline passed during a
+    # retry's backoff or while an attempt was outstanding; either way nothing was committed.
+    assert (
+        "offset write failed" in status.unfinished
+        or "offsets topic write still pending" in status.unfinished
+    )
     assert committed(world.store, spec) is None

@@ -63,6 +63,7 @@ class FakeTail:
         since: str,
         slack_floor: str,
         max_scanned: int,
+        deletes: bool = False,
     ) -> TailResult:
         self.calls.append(
             Call(
@@ -73,6 +74,7 @@ class FakeTail:
                     "since": since,
                     "slack_floor": slack_floor,
                     "max_scanned": max_scanned,
+                    "deletes": deletes,
                 },
             )
         )

@@ -23,7 +23,6 @@ from snowsource.core.errors import ConfigError, TableError
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
-from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks, stream_hooks
 from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
@@ -134,9 +133,7 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
     value = hooks.shaper.value_bytes(row)
     emit = _emit("2026-09-29 07:00:30", "a" * 32, value)
     assert hooks.key_value(emit) == (b"d" * 32, None)
-    delivery = PageDelivery(
-        spec, FakeSink(), StopSignal(), headers=hooks.headers, key_value=hooks.key_value
-    )
+    delivery = hooks.delivery(FakeSink(), StopSignal())
     plan = PagePlan(phase="stream", fingerprint="f", emits=[emit])
     ((key, value_sent, own),) = delivery.records(plan)
     assert (key, value_sent) == (b"d" * 32, None)
@@ -146,6 +143,8 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
         "snow.timestamp": b"2026-09-29 07:00:30",
         "snow.phase": b"stream",
         "snow.operation": b"delete",
+        # What a restart's dedup rebuild recognises the tombstone by.
+        "snow.audit_id": b"a" * 32,
     }
     error = TableError("HTTP 403: no", status=403)
     assert hooks.explain(error) == f"HTTP 403: no; {ACCESS_HINT}"

@@ -1,0 +1,128 @@
+"""What a table's extra streams need, as ``snowsource check`` lines (SPEC §13.6, §13.7).
+
+A table with ``deletes: audit`` also reads ``sys_audit_delete``; one with ``value.format: typed``
+reads its columns from ``sys_db_object`` and ``sys_dictionary``. Neither shows in the table's own
+read: without the access the daemon starts, and then the delete stream FAILs, or the table does
+when it reads its dictionary. These lines ask the same questions the daemon asks, with the same
+requests, so a missing ACL is a FAIL here first, naming the access that is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from snowsource.adapters.dictionary_reader import read_columns
+from snowsource.adapters.servicenow import ServiceNowClient
+from snowsource.cli.check_report import CheckResult, Status
+from snowsource.config.settings import Deletes, TableConfig, ValueFormat
+from snowsource.core.deletes import ACCESS_HINT, AUDIT_FIELDS, AUDIT_TABLE, audit_query
+from snowsource.core.errors import ServiceNowError
+
+__all__ = ["access_checks", "skipped_access"]
+
+_DICTIONARY_ACCESS: Final = (
+    "typed records need read access to sys_db_object and sys_dictionary (a table-level read "
+    "ACL on both for the integration user, usually granted with the admin role), or use "
+    "value.format: string"
+)
+
+
+def _deletes_name(alias: str) -> str:
+    return f"table {alias} deletes readable ({AUDIT_TABLE})"
+
+
+def _dictionary_name(alias: str) -> str:
+    return f"table {alias} dictionary readable (value.format: typed)"
+
+
+def _wants_deletes(table: TableConfig) -> bool:
+    return table.deletes is Deletes.AUDIT
+
+
+def _wants_typed(table: TableConfig) -> bool:
+    return table.value_format is ValueFormat.TYPED
+
+
+def skipped_access(alias: str, table: TableConfig, why: str) -> list[CheckResult]:
+    """The lines :func:`access_checks` would print, skipped for ``why``."""
+    out: list[CheckResult] = []
+    if _wants_deletes(table):
+        out.append(CheckResult(_deletes_name(alias), Status.SKIP, why))
+    if _wants_typed(table):
+        out.append(CheckResult(_dictionary_name(alias), Status.SKIP, why))
+    return out
+
+
+async def access_checks(
+    client: ServiceNowClient, alias: str, table: TableConfig
+) -> list[CheckResult]:
+    """One line per extra stream the table has: its audit rows, its dictionary."""
+    out: list[CheckResult] = []
+    if _wants_deletes(table):
+        out.append(await _deletes(client, alias, table))
+    if _wants_typed(table):
+        out.append(await _dictionary(client, alias, table))
+    return out
+
+
+async def _deletes(client: ServiceNowClient, alias: str, table: TableConfig) -> CheckResult:
+    name = _deletes_name(alias)
+    params = {
+        "sysparm_query": audit_query(table.name),
+        "sysparm_fields": ",".join(AUDIT_FIELDS),
+        "sysparm_limit": "1",
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+    }
+    if table.query_domain:
+        params["sysparm_query_no_domain"] = "true"
+    try:
+        page = await client.get_page(AUDIT_TABLE, params)
+    except ServiceNowError as exc:
+        if exc.status == 403:
+            return CheckResult(
+                name,
+                Status.FAIL,
+                f"the instance refused {AUDIT_TABLE} (HTTP 403): the delete stream of {alias} "
+                f"would FAIL at start",
+                (ACCESS_HINT, f"or set snow.tables.{alias}.deletes: none"),
+            )
+        return CheckResult(name, Status.FAIL, str(exc) or type(exc).__name__)
+    if page.rows and not page.rows[0].get("documentkey"):
+        # The daemon cannot tell which row an audit row deleted without it.
+        return CheckResult(
+            name,
+            Status.FAIL,
+            f"{AUDIT_TABLE} rows of {table.name} come without documentkey: a field ACL hides it",
+            (f"grant the integration user read access to {AUDIT_TABLE}.documentkey",),
+        )
+    found = page.total_count
+    detail = f"{AUDIT_TABLE} with query {audit_query(table.name)!r}"
+    if found is not None:
+        detail += f", {found} delete(s) recorded"
+    return CheckResult(name, Status.PASS, detail)
+
+
+async def _dictionary(client: ServiceNowClient, alias: str, table: TableConfig) -> CheckResult:
+    name = _dictionary_name(alias)
+    try:
+        columns = await read_columns(client, table.name)
+    except ServiceNowError as exc:
+        if exc.status == 403:
+            return CheckResult(
+                name,
+                Status.FAIL,
+                f"the instance refused the dictionary of {table.name} (HTTP 403): {alias} "
+                f"would FAIL at start",
+                (_DICTIONARY_ACCESS,),
+            )
+        return CheckResult(name, Status.FAIL, str(exc) or type(exc).__name__)
+    if not columns:
+        return CheckResult(
+            name,
+            Status.WARN,
+            f"sys_dictionary lists no columns of {table.name} that the integration user can "
+            f"see: every value would stay a string",
+            (f"check the table name, or grant read access to sys_dictionary rows of {table.name}",),
+        )
+    return CheckResult(name, Status.PASS, f"{len(columns)} column(s) of {table.name}")
