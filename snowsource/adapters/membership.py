@@ -14,6 +14,12 @@ session expires, and a join waits for that rebalance. The pollers start at once 
 completes in the background; a live duplicate is still fenced, once the rebalance is done. The
 group is used for membership only: its assignor hands out no partitions, so the consumer never
 fetches.
+
+With ``tasks.assignment: group`` the same membership carries the table assignment instead
+(``adapters/group_protocol.py``): the one assignor is the table assignor, nothing is fenced by
+task id, and a member that learns it lost its membership stops every table at once. The few
+uses of aiokafka's private coordinator (member id, asking for a new round, whether a
+coordinator is known) are in :func:`_coordinator` and its callers here, nowhere else.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import KafkaError
 
+from snowsource.adapters.group_protocol import TableAssignor
 from snowsource.adapters.kafka import KafkaConnection, admin_client, stop_client
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -47,6 +54,8 @@ log = structlog.get_logger("snowsource.adapters.membership")
 _PREFIX = "snowsource"
 CHECK_INTERVAL_SECONDS = 15.0
 SESSION_TIMEOUT_MS = 10000
+# The task id a group-mode member carries in its client id: it has none, and fences nobody.
+GROUP_TASK_ID = -1
 
 
 def group_id(connector: str) -> str:
@@ -67,7 +76,8 @@ class Member:
 
     def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started_ms / 1000))
-        return f"task {self.task_id} on {self.host} (pid {self.pid}, started {started} UTC)"
+        who = f"task {self.task_id}" if self.task_id >= 0 else "group member"
+        return f"{who} on {self.host} (pid {self.pid}, started {started} UTC)"
 
 
 def client_id_for(task_id: int, started_ms: int) -> str:
@@ -150,6 +160,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         del revoked
+        self._owner.joining()
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         self._owner.rebalanced(assigned)
@@ -167,6 +178,9 @@ class GroupMembership(AsyncResource):
         topic: str,
         on_fenced: Callable[[str], None],
         check_interval: float = CHECK_INTERVAL_SECONDS,
+        assignor: TableAssignor | None = None,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._conn = conn
         self.connector = connector
@@ -174,6 +188,10 @@ class GroupMembership(AsyncResource):
         self._topic = topic
         self._on_fenced = on_fenced
         self._check_interval = check_interval
+        self._assignor = assignor
+        self._session_timeout_ms = session_timeout_ms
+        self._on_lost = on_lost
+        self._no_coordinator_since: float | None = None
         self.started_ms = int(time.time() * 1000)
         self.client_id = client_id_for(task_id, self.started_ms)
         self._consumer: AIOKafkaConsumer | None = None
@@ -194,10 +212,14 @@ class GroupMembership(AsyncResource):
             **kwargs,
             group_id=group_id(self.connector),
             enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            session_timeout_ms=self._session_timeout_ms,
             heartbeat_interval_ms=1000,
-            rebalance_timeout_ms=SESSION_TIMEOUT_MS,
-            partition_assignment_strategy=ASSIGNORS,
+            rebalance_timeout_ms=self._session_timeout_ms,
+            # Group mode speaks only the table protocol: a process of the other mode (or of
+            # 0.1) in the same group is refused by the broker instead of sharing its tables.
+            partition_assignment_strategy=ASSIGNORS
+            if self._assignor is None
+            else (self._assignor,),
         )
         # Kept before start(): a start that fails half-way has connections close() must stop.
         self._consumer = consumer
@@ -226,6 +248,21 @@ class GroupMembership(AsyncResource):
         if self._consumer is not None:
             await stop_client(self._consumer, "the consumer group membership", deadline)
 
+    def request_rejoin(self) -> None:
+        """Ask for a new round of the group (after releasing tables the plan withheld)."""
+        coordinator = _coordinator(self._consumer)
+        if coordinator is not None and not self._closed:
+            coordinator.request_rejoin()
+
+    def joining(self) -> None:
+        """Rebalance listener, before every join: a member whose id was reset was expelled."""
+        if self._joined and self._assignor is not None and not self._member_id():
+            self._lost("the group no longer knew this member (session expired)")
+
+    def _lost(self, why: str) -> None:
+        if self._on_lost is not None and not self._closed:
+            self._on_lost(why)
+
     def rebalanced(self, assigned: list[TopicPartition]) -> None:
         """Rebalance listener: pause what we were given and look at the group again."""
         if self._consumer is not None and assigned:
@@ -250,9 +287,26 @@ class GroupMembership(AsyncResource):
                 log.warning("consumer group membership interrupted", error=repr(exc))
                 await asyncio.sleep(1.0)
                 continue
+            if self._assignor is not None:
+                self._watch_coordinator()
+                continue
             if self._check_now.is_set() or self._due():
                 self._check_now.clear()
                 await self._check()
+
+    def _watch_coordinator(self) -> None:
+        """Cut off from the coordinator for a whole session: the group has given our tables to
+        others by now, so keeping them would poll them twice."""
+        coordinator = _coordinator(self._consumer)
+        if coordinator is None or getattr(coordinator, "coordinator_id", None) is not None:
+            self._no_coordinator_since = None
+            return
+        now = time.monotonic()
+        if self._no_coordinator_since is None:
+            self._no_coordinator_since = now
+        elif now - self._no_coordinator_since > self._session_timeout_ms / 1000:
+            self._no_coordinator_since = None
+            self._lost("no group coordinator reachable for a whole session")
 
     _last_check = 0.0
 
@@ -280,8 +334,12 @@ class GroupMembership(AsyncResource):
             self._on_fenced(newer[0].describe())
 
     def _member_id(self) -> str:
-        consumer = self._consumer
-        if consumer is None:
-            return ""
-        coordinator = getattr(consumer, "_coordinator", None)
+        coordinator = _coordinator(self._consumer)
         return str(getattr(coordinator, "member_id", "") or "")
+
+
+def _coordinator(consumer: AIOKafkaConsumer | None) -> Any:
+    """aiokafka's group coordinator of ``consumer`` (private API, checked against 0.14)."""
+    if consumer is None:
+        return None
+    return getattr(consumer, "_coordinator", None)

@@ -164,6 +164,9 @@ class OffsetStore(AsyncResource):
         self._output_topics = None if output_topics is None else sorted(set(output_topics))
         self._allow_full_replay = allow_full_replay
         self._data: dict[bytes, bytes] = {}
+        # Keys this process wrote while a reload was reading: their in-memory value is newer
+        # than what the reload may have seen (in group mode a reload runs beside pollers).
+        self._written_during_load: set[bytes] = set()
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -271,6 +274,7 @@ class OffsetStore(AsyncResource):
         )
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
+        self._written_during_load = set()
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -293,6 +297,13 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
+        for key in self._written_during_load:
+            if key in self._data:
+                data[key] = self._data[key]
+                written[key] = self._written_ms[key]
+                self._track(key, self._data[key])
+            else:
+                data.pop(key, None)
         self._loaded(data, written)
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
@@ -359,6 +370,7 @@ class OffsetStore(AsyncResource):
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
         metadata = await self._producer.send_and_wait(self.topic, value, key=key)
+        self._written_during_load.add(key)
         if value is None:
             self._data.pop(key, None)
         else:

@@ -13,6 +13,7 @@ from typing import Protocol
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.sink import RecordSink
 from snowsource.core.table import TableSpec
+from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.poller import Poller
 from snowsource.engine.supervisor import ConnectorState
 from snowsource.runtime.deadline import Deadline
@@ -25,7 +26,12 @@ class ConnectorControl(Protocol):
 
     @property
     def specs(self) -> Sequence[TableSpec]:
-        """The tables this task owns."""
+        """The tables this task owns (in group mode every configured table)."""
+        ...
+
+    @property
+    def group(self) -> GroupOwner | None:
+        """With ``tasks.assignment: group``: who runs which table in the connector."""
         ...
 
     @property

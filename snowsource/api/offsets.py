@@ -139,6 +139,19 @@ class OffsetsHandlers:
         ctx.require_open()
         if ctx.daemon.state != ConnectorState.STOPPED:
             raise RestError(400, MUST_BE_STOPPED_MESSAGE.format(name=ctx.name))
+        group = ctx.daemon.group
+        busy = group.busy_workers() if group is not None else []
+        if busy:
+            # The connector is stopped only once every member is: another member would
+            # overwrite the change with its next commit.
+            raise RestError(
+                400,
+                MUST_BE_STOPPED_MESSAGE.format(name=ctx.name)
+                + " Other members of the group still run tables: "
+                + ", ".join(busy)
+                + "; PUT /connectors/"
+                + f"{ctx.name}/stop on each of them first.",
+            )
 
     def _validated(self, document: Mapping[str, object]) -> list[OffsetChange]:
         """Every submitted pair checked like the daemon checks offsets, and owned by this

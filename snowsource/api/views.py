@@ -167,13 +167,23 @@ class StatusViews:
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:
         daemon = self._ctx.daemon
         pollers = daemon.pollers
+        group = daemon.group
         out: dict[str, dict[str, object]] = {}
         for spec in daemon.specs:
             poller = pollers.get(spec.alias)
             if poller is not None:
                 out[spec.alias] = _running_table(spec, poller.status)
-            else:
-                out[spec.alias] = self._idle_table(spec, state)
+                if group is not None:
+                    out[spec.alias]["worker_id"] = self._ctx.worker_id
+                continue
+            out[spec.alias] = self._idle_table(spec, state)
+            if group is not None:
+                # Owned elsewhere (or waiting to move): as the group reported it at its last
+                # round; position and counters are those of the offsets topic.
+                worker, group_state = group.placement(spec.base.alias if spec.base else spec.alias)
+                if worker != self._ctx.worker_id:
+                    out[spec.alias]["state"] = group_state
+                out[spec.alias]["worker_id"] = worker
         return out
 
     def _idle_table(self, spec: TableSpec, state: ConnectorState) -> dict[str, object]:

@@ -20,7 +20,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.adapters.membership import SESSION_TIMEOUT_MS, Member, describe_members
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.config.settings import Settings
+from snowsource.config.settings import Settings, TasksAssignment
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec
@@ -120,16 +120,25 @@ async def guard(ctx: Context, force: bool) -> None:
             f"{running}"
         )
         return
-    session = SESSION_TIMEOUT_MS // 1000
+    group = ctx.settings.tasks_assignment == TasksAssignment.GROUP
+    session = (ctx.settings.group_session_timeout_ms if group else SESSION_TIMEOUT_MS) // 1000
+    rest_hint = (
+        f"PUT /connectors/{ctx.connector}/stop does not help here: a STOPPED process still "
+        f"runs. To change offsets under a STOPPED process use its REST API instead "
+        f"(PATCH or DELETE /connectors/{ctx.connector}/offsets)."
+    )
+    if group:
+        rest_hint = (
+            f"PUT /connectors/{ctx.connector}/stop does not help here: a STOPPED member still "
+            f"runs. To change offsets while the members run, stop every member through its "
+            f"REST API, then PATCH or DELETE /connectors/{ctx.connector}/offsets on one of them."
+        )
     raise RefusedError(
         f"refused: {len(members)} snowsource process(es) of connector {ctx.connector!r} "
         f"running (members of consumer group snowsource.{ctx.connector}):\n{running}\n"
         f"A running process would overwrite the change with its next offset commit.\n"
         f"Stop the snowsource process(es) (SIGTERM) and retry; after a crash this can take up "
-        f"to {session} seconds (the group session timeout), or use --force.\n"
-        f"PUT /connectors/{ctx.connector}/stop does not help here: a STOPPED process still "
-        f"runs. To change offsets under a STOPPED process use its REST API instead "
-        f"(PATCH or DELETE /connectors/{ctx.connector}/offsets)."
+        f"to {session} seconds (the group session timeout), or use --force.\n{rest_hint}"
     )
 
 

@@ -13,10 +13,7 @@ from typing import Any, Final
 
 from snowsource.config.models import Settings, yaml_key
 
-NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (
-    ("exactly.once", True),
-    ("tasks.assignment", "group"),
-)
+NOT_YET_AVAILABLE: Final[tuple[tuple[str, object], ...]] = (("exactly.once", True),)
 
 
 def _shown(value: object) -> str:

@@ -12,13 +12,19 @@ from typing import Final
 
 import mmh3
 
-__all__ = ["assign", "owner", "tables_for_task"]
+__all__ = ["assign", "owner", "rendezvous_weight", "tables_for_task"]
 
 SEED: Final = 0x5F3759DF
 
 
+def rendezvous_weight(alias: str, candidate: str) -> int:
+    """Unsigned MurmurHash3_x86_32 of UTF-8(``alias#candidate``) with the SPEC seed: the weight
+    of one candidate (a task id, a group member's key) for one table."""
+    return int(mmh3.hash(f"{alias}#{candidate}".encode(), SEED, signed=False))
+
+
 def _weight(alias: str, task: int) -> int:
-    return int(mmh3.hash(f"{alias}#{task}".encode(), SEED, signed=False))
+    return rendezvous_weight(alias, str(task))
 
 
 def owner(alias: str, tasks_max: int, n_aliases: int) -> int:

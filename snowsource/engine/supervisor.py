@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -30,12 +30,15 @@ from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_tail import TopicTail
-from snowsource.config.settings import Settings, redacted_dict
+from snowsource.config.settings import Settings, TasksAssignment, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.clock_probe import StartupProbe
+from snowsource.engine.generation import Generation, stop_generation
+from snowsource.engine.group_owner import GroupOwner, group_membership
 from snowsource.engine.poller import Poller, TableState
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
@@ -65,10 +68,6 @@ __all__ = [
 
 log = structlog.get_logger("snowsource.engine.supervisor")
 
-# Once the deadline passed and the pollers were cancelled, how long we still wait for them to
-# unwind before abandoning them (cancellation is prompt unless a library swallows it).
-_CANCEL_GRACE_SECONDS = 1.0
-
 R = TypeVar("R", bound=AsyncResource)
 ApiFactory = Callable[["Daemon"], AsyncResource]
 
@@ -84,15 +83,6 @@ class ConnectorState(StrEnum):
 
 class ShuttingDownError(SnowsourceError):
     """Shutdown began: no poller starts any more."""
-
-
-@dataclass
-class _Generation:
-    """One set of running pollers sharing a stop signal, run by one task group."""
-
-    stop: StopSignal
-    pollers: dict[str, Poller]
-    task: asyncio.Task[None]
 
 
 class Daemon:
@@ -126,7 +116,7 @@ class Daemon:
         self.api: AsyncResource | None = None
         self._api_factory = api
         self._conn: KafkaConnection = kafka_connection(settings)
-        self._generation: _Generation | None = None
+        self._generation: Generation | None = None
         self._lock = asyncio.Lock()
         self._closing = False
         self._deadline: Deadline | None = None
@@ -136,6 +126,18 @@ class Daemon:
             settings.snow.http.retry_initial_backoff_ms / 1000,
             settings.snow.http.retry_max_backoff_ms / 1000,
         )
+        # With tasks.assignment: group the consumer group decides, table by table, what runs.
+        self.group: GroupOwner | None = None
+        if settings.tasks_assignment == TasksAssignment.GROUP:
+            self.group = GroupOwner(
+                self.specs,
+                build=self.build_pollers,
+                run=self.run_pollers,
+                reload=self._reload_offsets,
+                on_crash=self._generation_ended,
+                page_slots=self._page_slots(),
+                stop_timeout=settings.shutdown_timeout_seconds,
+            )
         register_secrets(
             secret_value(s)
             for s in (
@@ -152,6 +154,8 @@ class Daemon:
     @property
     def pollers(self) -> dict[str, Poller]:
         """The pollers of the current generation (empty while STOPPED)."""
+        if self.group is not None:
+            return self.group.pollers
         return dict(self._generation.pollers) if self._generation else {}
 
     @property
@@ -216,7 +220,7 @@ class Daemon:
                 topic=spec.topic,
                 partition=spec.partition.as_dict(),
             )
-        if not self.specs:
+        if not self.specs and self.group is None:
             log.warning(
                 "this task owns no tables",
                 task_id=s.task_id,
@@ -270,21 +274,35 @@ class Daemon:
         self.client, self.sink, self.store, self.topic_watch = client, sink, store, watch
         if self._api_factory is not None:
             self.api = await self._open(stack, self._api_factory(self))
-        self.membership = await self._open(
-            stack,
-            GroupMembership(
-                conn,
-                connector=s.name,
-                task_id=s.task_id,
-                topic=s.offset_storage_topic,
-                on_fenced=self._fenced,
-            ),
+        self.membership = await self._open(stack, self._membership())
+
+    def _membership(self) -> GroupMembership:
+        s = self.settings
+        if self.group is not None:
+            return group_membership(
+                self._conn, s, self.group, worker_id=self._worker_id, on_fenced=self._fenced
+            )
+        return GroupMembership(
+            self._conn,
+            connector=s.name,
+            task_id=s.task_id,
+            topic=s.offset_storage_topic,
+            on_fenced=self._fenced,
         )
+
+    def _worker_id(self) -> str:
+        """This process's REST worker id (``host:port``), or its host name without REST."""
+        worker = getattr(self.api, "worker_id", None)
+        return str(worker) if worker else socket.gethostname()
+
+    async def _reload_offsets(self) -> None:
+        assert self.store is not None
+        await self.store.load()
 
     def _replay_topics(self) -> list[str]:
         """Output topics whose records mean a missing offsets topic was lost, not never made:
-        the owned tables' (with a group-assigned table set, every configured table would
-        count, since any of them may be this process's after the next rebalance)."""
+        the owned tables' (in group mode every configured table's, since any of them may be
+        this process's after the next rebalance)."""
         return [spec.topic for spec in self.specs]
 
     async def _open(self, stack: AsyncExitStack, resource: R) -> R:
@@ -341,6 +359,10 @@ class Daemon:
         async with self._lock:
             if self._closing:
                 raise ShuttingDownError("snowsource is shutting down; nothing is started")
+            if self.group is not None:
+                await self.group.enable()
+                self.target = ConnectorState.RUNNING
+                return
             if self._generation is not None:
                 return
             assert self.client is not None
@@ -357,30 +379,11 @@ class Daemon:
                     if self.topic_watch is not None:
                         await self.topic_watch.refresh()
             stop = StopSignal()
-            pollers: dict[str, Poller] = {}
-            hooks = stream_hooks(self.specs, client=self.client, retry=self._retry, stop=stop.event)
-            pages = PageBudget(page_slots(self.settings.snow.http.max_concurrent_requests))
-            for spec in self.specs:
-                poller = Poller(
-                    spec,
-                    client=self.client,
-                    sink=self.sink,
-                    store=self.store,
-                    clock=self.clock,
-                    retry=self._retry,
-                    stop=stop,
-                    hooks=hooks[spec.alias],
-                    pages=pages,
-                    tail=TopicTail(self._conn),
-                )
-                pollers[spec.alias] = poller
-                problem = self.topic_problems.get(spec.topic)
-                if problem:
-                    poller.fail(problem)
+            pollers = self.build_pollers(self.specs, stop, PageBudget(self._page_slots()))
             runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
-            task = asyncio.create_task(_run_all(runnable, self.topic_watch), name="pollers")
+            task = asyncio.create_task(self.run_pollers(runnable), name="pollers")
             task.add_done_callback(self._generation_ended)
-            self._generation = _Generation(stop=stop, pollers=pollers, task=task)
+            self._generation = Generation(stop=stop, pollers=pollers, task=task)
             self.target = ConnectorState.RUNNING
 
     async def stop_pollers(
@@ -397,29 +400,49 @@ class Daemon:
             return problems
 
     async def _stop_generation(self, deadline: Deadline) -> list[str]:
+        if self.group is not None:
+            return await self.group.stop_all(deadline, closing=self._closing)
         generation = self._generation
         if generation is None:
             return []
         self._generation = None
-        generation.stop.request(deadline)
-        task = generation.task
-        await asyncio.wait({task}, timeout=deadline.remaining())
-        if not task.done():
-            log.warning("shutdown deadline passed; cancelling the pollers still draining")
-            task.cancel()
-            await asyncio.wait({task}, timeout=_CANCEL_GRACE_SECONDS)
-        problems: list[str] = []
-        for alias, poller in generation.pollers.items():
-            status = poller.status
-            if status.unfinished:
-                problems.append(status.unfinished)
-            elif status.state not in (TableState.STOPPED, TableState.FAILED):
-                problems.append(
-                    f"{poller.spec.describe}: cancelled at the shutdown deadline before its "
-                    f"final offset was written"
-                )
-                log.warning("poller abandoned at the deadline", table=alias)
-        return problems
+        return await stop_generation(generation, deadline)
+
+    def build_pollers(
+        self, specs: list[TableSpec], stop: StopSignal, pages: PageBudget
+    ) -> dict[str, Poller]:
+        """The pollers of ``specs`` for one generation (a table whose output topic is unusable
+        starts FAILED with the reason)."""
+        assert self.client is not None
+        assert self.sink is not None
+        assert self.store is not None
+        hooks = stream_hooks(specs, client=self.client, retry=self._retry, stop=stop.event)
+        pollers: dict[str, Poller] = {}
+        for spec in specs:
+            poller = Poller(
+                spec,
+                client=self.client,
+                sink=self.sink,
+                store=self.store,
+                clock=self.clock,
+                retry=self._retry,
+                stop=stop,
+                hooks=hooks[spec.alias],
+                pages=pages,
+                tail=TopicTail(self._conn),
+            )
+            pollers[spec.alias] = poller
+            problem = self.topic_problems.get(spec.topic)
+            if problem:
+                poller.fail(problem)
+        return pollers
+
+    def run_pollers(self, pollers: dict[str, Poller]) -> Coroutine[Any, Any, None]:
+        """Run ``pollers`` (the runnable ones of a generation) in one task group."""
+        return _run_all(pollers, self.topic_watch)
+
+    def _page_slots(self) -> int:
+        return page_slots(self.settings.snow.http.max_concurrent_requests)
 
     def _generation_ended(self, task: asyncio.Task[None]) -> None:
         """A generation ends only when stopped; a crash (a bug) shuts the process down."""

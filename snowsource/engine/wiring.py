@@ -9,7 +9,7 @@ from typing import Any
 
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
-from snowsource.config.settings import AuthType, Settings, TableConfig
+from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
 from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
@@ -131,7 +131,11 @@ def stream_specs(settings: Settings, alias: str, table: TableConfig) -> list[Tab
 
 def owned_specs(settings: Settings) -> list[TableSpec]:
     """Specs of the streams of the tables this process's ``task.id`` owns (SPEC §10): a
-    table's delete stream always runs beside the table, in the same task."""
+    table's delete stream always runs beside the table, in the same task. With
+    ``tasks.assignment: group`` every configured table: the group picks, at run time, which of
+    them this process polls."""
+    if settings.tasks_assignment == TasksAssignment.GROUP:
+        return connector_specs(settings)
     owners = assign(list(settings.tables), settings.tasks_max)
     return [
         spec

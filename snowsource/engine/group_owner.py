@@ -1,0 +1,316 @@
+"""Running the tables the consumer group gives this member (``tasks.assignment: group``).
+
+Each table (with its delete stream) runs as a generation of its own, so a rebalance touches
+only the tables that move. The group's answer arrives as a ``GroupView`` from the table
+assignor (``adapters/group_protocol.py``); a reconciler task then, under one lock:
+
+1. stops the pollers of the tables this member no longer has, each draining its acks and
+   writing its final offset (a table that moves between live members is withheld by the plan
+   until this is done, so nobody polls it twice);
+2. asks the group for a new round when it held a table the plan withheld, so the table goes to
+   its new owner without waiting for anything else to change;
+3. re-reads the offsets topic (another member wrote the offsets of the tables it released)
+   and starts the tables it gained from there.
+
+What this member reports at every join (``running``) is what it polls, what it is still
+stopping and what it was given but has not started yet: the leader must never hand out a table
+that may still be polled here. A member that lost its membership stops every table at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from snowsource.adapters.group_protocol import GroupView, TableAssignor, member_key
+from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
+from snowsource.config.settings import Settings
+from snowsource.core.table import TableSpec
+from snowsource.engine.budget import PageBudget
+from snowsource.engine.generation import Generation, stop_generation
+from snowsource.engine.poller import Poller, TableState
+from snowsource.observability import metrics
+from snowsource.runtime.deadline import Deadline, StopSignal
+
+__all__ = ["GroupOwner", "group_membership"]
+
+log = structlog.get_logger("snowsource.engine.group_owner")
+
+# With no news from the group, how often the reconciler looks again whether it still owes the
+# group a new round (a withheld table it held): a lost rejoin request must not park a table.
+_RECHECK_SECONDS = 5.0
+# A table's state in REST while no member runs it: withheld during a move, or owned by a
+# stopped member.
+UNASSIGNED = "UNASSIGNED"
+
+BuildPollers = Callable[[list[TableSpec], StopSignal, PageBudget], dict[str, Poller]]
+RunPollers = Callable[[dict[str, Poller]], Coroutine[Any, Any, None]]
+
+
+class GroupOwner:
+    """Starts and stops this member's tables as the group's plan changes."""
+
+    def __init__(
+        self,
+        specs: list[TableSpec],
+        *,
+        build: BuildPollers,
+        run: RunPollers,
+        reload: Callable[[], Awaitable[None]],
+        on_crash: Callable[[asyncio.Task[None]], None],
+        page_slots: int,
+        stop_timeout: float,
+    ) -> None:
+        self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
+        self.streams: dict[str, list[TableSpec]] = {}
+        for spec in specs:
+            alias = spec.base.alias if spec.base else spec.alias
+            self.streams.setdefault(alias, []).append(spec)
+        self.view: GroupView | None = None
+        self.rejoin: Callable[[], None] = lambda: None
+        self._build = build
+        self._run = run
+        self._reload = reload
+        self._on_crash = on_crash
+        self._pages = PageBudget(page_slots)
+        self._stop_timeout = stop_timeout
+        self._units: dict[str, Generation] = {}
+        # Tables whose pollers are draining: still polled as far as the group is concerned.
+        self._stopping: dict[str, Generation] = {}
+        self._claimed: set[str] = set()
+        self._enabled = False
+        self._stopped_by_operator = False
+        self._lost = False
+        self._closing = False
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    # ----------------------------------------------------------------- what the group sees
+
+    @property
+    def aliases(self) -> list[str]:
+        """Every configured table: the leader plans over these."""
+        return sorted(self.streams)
+
+    def running(self) -> set[str]:
+        """The tables that may be polled here now or soon (reported at every join)."""
+        claimed = set(self._units) | set(self._stopping) | self._desired()
+        self._claimed = claimed
+        return claimed
+
+    def on_view(self, view: GroupView) -> None:
+        """The assignor's callback with each round's plan (runs in aiokafka's task: no wait)."""
+        self.view = view
+        self._changed.set()
+
+    def on_lost(self, why: str) -> None:
+        """The membership's callback when this member is no longer in the group: the group
+        may have given its tables to others already, so every one of them stops, even if the
+        next round (which may arrive first) gives them back."""
+        log.warning("consumer group membership lost; stopping every table", reason=why)
+        self.view = None
+        self._lost = True
+        self._changed.set()
+
+    @property
+    def pollers(self) -> dict[str, Poller]:
+        """The pollers of every table running here."""
+        return {a: p for unit in self._units.values() for a, p in unit.pollers.items()}
+
+    # ----------------------------------------------------------------- control
+
+    async def enable(self) -> None:
+        """Run the tables the group gives this member (start, REST resume)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
+            # A bug in the reconciler must end the process, not leave the tables unmanaged.
+            self._task.add_done_callback(self._on_crash)
+        resumed = self._stopped_by_operator
+        self._enabled = True
+        self._stopped_by_operator = False
+        self._changed.set()
+        if resumed:
+            # The other members learn at the next round that these tables run again.
+            self.rejoin()
+
+    async def stop_all(self, deadline: Deadline, *, closing: bool = False) -> list[str]:
+        """Stop every table here within ``deadline`` (REST stop, or shutdown when ``closing``:
+        then nothing starts again). The tables stay assigned to this member meanwhile."""
+        self._enabled = False
+        if not closing:
+            self._stopped_by_operator = True
+        if closing:
+            self._closing = True
+            self._changed.set()
+            if self._task is not None:
+                await asyncio.wait({self._task}, timeout=deadline.remaining())
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        async with self._lock:
+            # A drain the cancelled reconciler left behind is finished (or cancelled) here.
+            leftover = list(self._stopping.values())
+            problems = await self._stop(list(self._units), deadline)
+            for unit in leftover:
+                problems += await stop_generation(unit, deadline)
+            self._stopping.clear()
+        if not closing:
+            # A new round tells every member's REST API that nothing runs here any more.
+            self.rejoin()
+        return problems
+
+    # ----------------------------------------------------------------- what REST shows
+
+    def active(self) -> bool:
+        """False while an operator stopped this member (or it shuts down)."""
+        return not self._stopped_by_operator and not self._closing
+
+    def placement(self, alias: str) -> tuple[str | None, str]:
+        """Where the group runs ``alias``: its owner's worker id (None while withheld) and
+        its state as the group reports it: RUNNING, STOPPED while its owner is stopped, or
+        UNASSIGNED while it waits to move."""
+        view = self.view
+        if view is None:
+            return None, UNASSIGNED
+        owner = view.owners.get(alias)
+        report = view.members.get(owner) if owner is not None else None
+        if report is None:
+            return None, UNASSIGNED
+        state = TableState.RUNNING if report.active else TableState.STOPPED
+        return report.worker_id, state.value
+
+    def busy_workers(self) -> list[str]:
+        """Worker ids of the other members that were not stopped at the last round."""
+        view = self.view
+        if view is None:
+            return []
+        return sorted(
+            r.worker_id
+            for key, r in view.members.items()
+            if key != self.key and (r.active or r.running)
+        )
+
+    # ----------------------------------------------------------------- reconciling
+
+    def _desired(self) -> set[str]:
+        if not self._enabled or self._closing or self.view is None:
+            return set()
+        return self.view.tables_of(self.key) & set(self.streams)
+
+    async def _reconcile_forever(self) -> None:
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), _RECHECK_SECONDS)
+            self._changed.clear()
+            if self._closing:
+                return
+            async with self._lock:
+                await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        if self._lost:
+            self._lost = False
+            await self._stop(list(self._units), Deadline.after(self._stop_timeout))
+        desired = self._desired()
+        losing = sorted(a for a in self._units if a not in desired)
+        if losing:
+            await self._stop(losing, Deadline.after(self._stop_timeout))
+        view = self.view
+        if view is not None:
+            withheld = {a for a, owner in view.owners.items() if owner is None}
+            owed = withheld & self._claimed
+            if owed and not owed & (set(self._units) | set(self._stopping)):
+                # We held these when the leader planned; now that they are stopped, a new
+                # round lets their new owner start them.
+                self._claimed -= owed
+                log.info("asking the group for a new round", released=sorted(owed))
+                self.rejoin()
+        gaining = sorted(a for a in self._desired() if a not in self._units)
+        if not gaining or self._closing:
+            return
+        try:
+            # Another member wrote the offsets of what it released after we loaded them.
+            await self._reload()
+        except Exception as exc:  # noqa: BLE001 - retried at the next look, like any outage
+            log.warning(
+                "could not re-read the offsets topic; tables not started yet",
+                tables=gaining,
+                error=repr(exc),
+            )
+            return
+        # The plan may have changed while we read.
+        gaining = [a for a in gaining if a in self._desired() and a not in self._units]
+        if not gaining or self._closing:
+            return
+        for alias in gaining:
+            self._start(alias)
+        log.info("tables started", tables=gaining, member=self.key)
+
+    def _start(self, alias: str) -> None:
+        stop = StopSignal()
+        pollers = self._build(self.streams[alias], stop, self._pages)
+        runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
+        task = asyncio.create_task(self._run(runnable), name=f"table:{alias}")
+        task.add_done_callback(self._on_crash)
+        self._units[alias] = Generation(stop=stop, pollers=pollers, task=task)
+        for stream in pollers:
+            metrics.set_state(stream, TableState.RUNNING.value)
+
+    async def _stop(self, aliases: list[str], deadline: Deadline) -> list[str]:
+        units = {a: self._units.pop(a) for a in aliases if a in self._units}
+        self._stopping.update(units)
+        results = await asyncio.gather(
+            *(stop_generation(unit, deadline) for unit in units.values())
+        )
+        # Not in a finally: cancelled half-way, the drains stay listed for stop_all to finish.
+        for alias in units:
+            self._stopping.pop(alias, None)
+        problems = [problem for found in results for problem in found]
+        if units:
+            log.info("tables released", tables=sorted(units), problems=problems, member=self.key)
+        return problems
+
+
+def group_membership(
+    conn: KafkaConnection,
+    settings: Settings,
+    owner: GroupOwner,
+    *,
+    worker_id: Callable[[], str],
+    on_fenced: Callable[[str], None],
+) -> GroupMembership:
+    """This member's group membership, carrying the table assignor of ``owner``."""
+    assignor = TableAssignor(
+        key=owner.key,
+        aliases=owner.aliases,
+        worker_id=worker_id,
+        running=owner.running,
+        on_view=owner.on_view,
+        active=owner.active,
+    )
+    membership = GroupMembership(
+        conn,
+        connector=settings.name,
+        task_id=GROUP_TASK_ID,
+        topic=settings.offset_storage_topic,
+        on_fenced=on_fenced,
+        assignor=assignor,
+        session_timeout_ms=settings.group_session_timeout_ms,
+        on_lost=owner.on_lost,
+    )
+    owner.rejoin = membership.request_rejoin
+    return membership
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,105 @@
+"""The REST API in group mode: any member shows the whole connector, stop and resume act on
+the member's own tables, and offsets change only once every member is stopped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession
+
+from snowsource.engine.supervisor import Daemon
+from tests.integration.conftest import Env
+from tests.integration.engine import poll_until, running
+from tests.integration.test_rest import base_url, call, offset, rest_of, rest_settings, spec_of
+
+ALIASES = [f"ends{digit}" for digit in range(1, 7)]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[ClientSession]:
+    async with ClientSession() as session:
+        yield session
+
+
+def _tables() -> dict[str, dict[str, Any]]:
+    return {alias: {"name": "incident", "query": f"numberENDSWITH{alias[-1]}"} for alias in ALIASES}
+
+
+def _worker(daemon: Daemon) -> str:
+    return f"127.0.0.1:{rest_of(daemon).port}"
+
+
+def _shared(a: Daemon, b: Daemon) -> bool:
+    mine_a, mine_b = set(a.pollers), set(b.pollers)
+    return not mine_a & mine_b and mine_a | mine_b == set(ALIASES) and bool(mine_a and mine_b)
+
+
+async def _tables_seen(http: ClientSession, daemon: Daemon) -> dict[str, dict[str, Any]]:
+    status, body = await call(http, "GET", f"{base_url(daemon)}/status")
+    assert status == 200
+    tables: dict[str, dict[str, Any]] = body["tables"]
+    return tables
+
+
+async def test_any_member_shows_every_table_and_acts_on_its_own(
+    env: Env, http: ClientSession
+) -> None:
+    env.emu.seed(tables=("incident",), rows=60)
+    settings = rest_settings(
+        env, _tables(), **{"tasks.assignment": "group", "group.session.timeout.ms": 6000}
+    )
+    async with running(settings) as a, running(settings) as b:
+        await poll_until(lambda: _shared(a, b), timeout=60, interval=0.1)
+        seen = await _tables_seen(http, a)
+        assert set(seen) == set(ALIASES)
+        for alias in ALIASES:
+            owner = a if alias in a.pollers else b
+            assert seen[alias]["worker_id"] == _worker(owner), (alias, seen[alias])
+
+        # stop on a: only a's tables stop; b shows them STOPPED under a's worker id.
+        a_tables, b_tables = set(a.pollers), set(b.pollers)
+        assert await call(http, "PUT", f"{base_url(a)}/stop") == (204, None)
+        assert a.pollers == {}
+        assert set(b.pollers) == b_tables
+
+        async def b_sees_a_stopped() -> bool:
+            tables = await _tables_seen(http, b)
+            return all(
+                tables[t]["state"] == "STOPPED" and tables[t]["worker_id"] == _worker(a)
+                for t in a_tables
+            )
+
+        await poll_until(b_sees_a_stopped, timeout=30, interval=0.2)
+        # The tables of a stopped member stay with it: nobody else polls them.
+        assert set(b.pollers) == b_tables
+
+        # Offsets change only once every member is stopped.
+        spec = spec_of(a, ALIASES[0])
+        patch = {
+            "offsets": [
+                {
+                    "partition": spec.partition.as_dict(),
+                    "offset": offset(spec, "2026-09-01 00:00:00"),
+                }
+            ]
+        }
+        status, body = await call(http, "PATCH", f"{base_url(a)}/offsets", patch)
+        assert status == 400
+        assert _worker(b) in body["message"], body
+        assert await call(http, "PUT", f"{base_url(b)}/stop") == (204, None)
+
+        async def patched() -> bool:
+            status, _ = await call(http, "PATCH", f"{base_url(a)}/offsets", patch)
+            return status == 200
+
+        # a learns that b stopped at the round b's stop asked for.
+        await poll_until(patched, timeout=30, interval=0.5)
+
+        # resume on both: each runs its own tables again.
+        assert (await call(http, "PUT", f"{base_url(a)}/resume"))[0] == 202
+        assert (await call(http, "PUT", f"{base_url(b)}/resume"))[0] == 202
+        await poll_until(
+            lambda: set(a.pollers) == a_tables and set(b.pollers) == b_tables, timeout=30
+        )
