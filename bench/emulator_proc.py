@@ -5,9 +5,9 @@
 ``incident`` is seeded by the emulator's own ``seed``; any other name becomes a table shaped
 like ``incident`` (a child of ``task`` with incident's columns) filled with incident-like rows.
 Prints one JSON line ``{"url", "control", "seed_seconds", "index_seconds"}`` when ready, then
-serves until stdin closes. ``GET <control>/stats`` answers the Table API request count and this
-process's CPU seconds, so the driver can tell when the daemon's first request arrived and how
-much CPU the emulator spent serving a run.
+serves until stdin closes. ``GET <control>/stats`` answers the Table API request count, the
+page request count and this process's CPU seconds, so the driver can tell when the daemon's
+first request and first page arrived and how much CPU the emulator spent serving a run.
 """
 
 from __future__ import annotations
@@ -42,7 +42,13 @@ def _seed_like_incident(emu: Emulator, name: str, rows: int, rng: random.Random)
 
 async def _serve(emu: Emulator, report: dict[str, float]) -> None:
     async def stats(_request: web.Request) -> web.Response:
-        body = {"requests": sum(1 for r in emu.journal if r.table), "cpu": time.process_time()}
+        table_requests = [r for r in emu.journal if r.table]
+        body = {
+            "requests": len(table_requests),
+            # Keyset pages (the clock probe before them carries no query).
+            "pages": sum(1 for r in table_requests if "sysparm_query" in r.params),
+            "cpu": time.process_time(),
+        }
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     control = web.Application()

@@ -34,6 +34,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
 from snowsource.core.retry import RetryPolicy
+from snowsource.runtime.aio import together
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 from snowsource.runtime.retrying import DeadlineExceededError, retrying
@@ -179,14 +180,24 @@ class OffsetStore(AsyncResource):
         self._num_partitions = 0
         self._closed = False
         self.loaded = asyncio.Event()
+        # Set once the start is allowed (the missing-topic rule passed, or the topic exists and
+        # is compacted): what a refused start must not do (create output topics, ask
+        # ServiceNow anything) waits for it, not for the rest of the store's start.
+        self.allowed = asyncio.Event()
 
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""
-        await self._ensure_topic()
+        created = await self._ensure_topic()
+        self.allowed.set()
         # Kept before start(): a start that fails half-way has connections close() must stop.
         self._producer = AIOKafkaProducer(**self._conn.client_kwargs(), acks="all")
-        await self._producer.start()
-        await self.load()
+        if created:
+            # Created a moment ago, so empty: reading it would only wait for its partition
+            # leaders (half a second or more on a fresh topic) to learn that.
+            self._loaded({}, {})
+            await self._producer.start()
+        else:
+            await together(self._producer.start(), self.load())
 
     async def close(self, deadline: Deadline | None = None) -> None:
         """Flush pending writes and close within ``deadline``. Safe to call more than once."""
@@ -196,14 +207,17 @@ class OffsetStore(AsyncResource):
         if self._producer is not None:
             await stop_client(self._producer, "the offsets producer", deadline)
 
-    async def _ensure_topic(self) -> None:
+    async def _ensure_topic(self) -> bool:
+        """Create or verify the topic; True when this call created it."""
+        created = False
         async with admin_client(self._conn) as admin:
             found = await existing_topics(admin, [self.topic])
             if self.topic not in found:
                 if not self._create:
                     raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
                 await self._guard_replay()
-                await create_topic(
+                self.allowed.set()  # the topic is created compacted: nothing left to refuse
+                created = await create_topic(
                     admin,
                     self.topic,
                     partitions=self._partitions,
@@ -229,6 +243,7 @@ class OffsetStore(AsyncResource):
                 f"offset.storage.topic at another topic"
             )
         self._num_partitions = found[self.topic]
+        return created
 
     async def _guard_replay(self) -> None:
         if self._output_topics is None:
@@ -289,6 +304,9 @@ class OffsetStore(AsyncResource):
                 self._track(key, self._data[key])
             else:
                 data.pop(key, None)
+        self._loaded(data, written)
+
+    def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
         self._written_ms = written
         for key in data:

@@ -34,14 +34,13 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     RecordTooLargeError,
     TopicAuthorizationFailedError,
-    UnknownTopicOrPartitionError,
 )
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from snowsource.adapters.kafka import (
     KafkaConnection,
     admin_client,
-    create_topic,
+    create_topics,
     existing_topics,
     is_retriable,
     stop_client,
@@ -375,23 +374,27 @@ async def ensure_topics(
         return problems
     async with admin_client(conn) as admin:
         found = await existing_topics(admin, wanted)
-        for topic in wanted:
-            if topic in found:
-                continue
-            if not create:
+        missing = [topic for topic in wanted if topic not in found]
+        if not missing:
+            return problems
+        if not create:
+            for topic in missing:
                 problems[topic] = (
                     f"topic {topic!r} does not exist and topic.creation.enable is false: "
                     f"create it, or set topic.creation.enable: true"
                 )
-                continue
-            try:
-                await create_topic(
-                    admin,
-                    topic,
-                    partitions=partitions,
-                    replication_factor=replication_factor,
-                    configs=configs,
-                )
-            except (UnknownTopicOrPartitionError, KafkaError) as exc:
-                problems[topic] = f"could not create topic {topic!r}: {exc!r}"
+            return problems
+        try:
+            outcome = await create_topics(
+                admin,
+                missing,
+                partitions=partitions,
+                replication_factor=replication_factor,
+                configs=configs,
+            )
+        except KafkaError as exc:
+            return {topic: f"could not create topic {topic!r}: {exc!r}" for topic in missing}
+    for topic, result in outcome.items():
+        if isinstance(result, KafkaError):
+            problems[topic] = f"could not create topic {topic!r}: {result!r}"
     return problems

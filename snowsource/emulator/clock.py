@@ -63,10 +63,26 @@ class Clock:
         return self._follow
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Seeding stamps millions of instants over a few days: the date part is formatted once per day
+# and the time of day looked up, three times cheaper than formatting each instant.
+_DAYS: dict[int, str] = {}
+_TIMES_OF_DAY = tuple(
+    f"{h:02d}:{m:02d}:{s:02d}" for h in range(24) for m in range(60) for s in range(60)
+)
+
+
 def stamp(dt: datetime) -> str:
     """A ServiceNow stored date/time: UTC ``YYYY-MM-DD HH:MM:SS``, truncated to the second."""
-    # isoformat pads the year to four digits and is a single C call: seeding stamps millions.
-    return dt.astimezone(UTC).isoformat(" ", "seconds")[:19]
+    try:
+        since = dt - _EPOCH  # exact whole days and seconds, whatever the offset
+    except TypeError:  # naive: read as local time, like astimezone does
+        return dt.astimezone(UTC).isoformat(" ", "seconds")[:19]
+    day = _DAYS.get(since.days)
+    if day is None:
+        day = (_EPOCH + timedelta(days=since.days)).date().isoformat() + " "
+        _DAYS[since.days] = day
+    return day + _TIMES_OF_DAY[since.seconds]
 
 
 def parse_stamp(value: str) -> datetime:

@@ -99,6 +99,7 @@ class Emulator(RowWrites, AccessRules):
         self._replica_lag = 0.0
         self._numbers: dict[str, int] = {}
         self._ids: dict[str, list[str]] = {}
+        self._templates = {}
         self._request_counter = 0
         self._activity_rate = 0.0
         self._activity_tables: tuple[str, ...] = ()

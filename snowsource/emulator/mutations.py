@@ -43,6 +43,7 @@ class RowWrites:
     _rng: random.Random
     _numbers: dict[str, int]
     _ids: dict[str, list[str]]
+    _templates: dict[str, tuple[TableDef, tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]]]
 
     def new_sys_id(self) -> str:
         """A fresh 32-hex lowercase sys_id (deterministic for the emulator's seed)."""
@@ -71,35 +72,38 @@ class RowWrites:
         defaults. Explicit values win, so back-dated ``sys_updated_on`` rows can be written.
         Returns the stored row.
         """
+        given = {k: v if type(v) is str else _text(v) for k, v in (values or {}).items()}
+        return dict(self.insert_texts(table, given, at=at, visible_at=visible_at, by=by))
+
+    def insert_texts(
+        self,
+        table: str,
+        given: dict[str, str],
+        *,
+        at: datetime | None = None,
+        visible_at: datetime | None = None,
+        by: str = "system",
+    ) -> Mapping[str, str]:
+        """``insert`` for values that are strings already, returning the stored row itself
+        (read-only): seeding writes a million rows through here."""
         tdef = self._writable(table)
         now = self.clock.now()
         when = at or now
-        # Seeding inserts a million rows through here: strings (nearly every value) skip _text.
-        given = {k: v if type(v) is str else _text(v) for k, v in (values or {}).items()}
-        unknown = given.keys() - tdef.fields.keys()
-        if unknown:
+        if not given.keys() <= tdef.fields.keys():
+            unknown = given.keys() - tdef.fields.keys()
             raise ValueError(f"unknown field(s) for {table}: {', '.join(sorted(unknown))}")
-        row = dict.fromkeys(tdef.fields, "")
         sys_id = given.get("sys_id") or self.new_sys_id()
         if self.store.table_of(sys_id) is not None:
             raise ValueError(f"sys_id {sys_id} already exists")
+        template, stamped, authored = self._template(tdef)
+        row = template.copy()
         when_text = stamp(when)
-        defaults = {
-            "sys_id": sys_id,
-            "sys_created_on": when_text,
-            "sys_created_by": by,
-            "sys_updated_on": when_text,
-            "sys_updated_by": by,
-            "sys_mod_count": "0",
-            "sys_class_name": table,
-            "sys_domain": "global",
-            "sys_domain_path": "/",
-            "active": "true",
-            "opened_at": when_text,
-        }
-        for key, default in defaults.items():
-            if key in row:
-                row[key] = default
+        for key in stamped:
+            row[key] = when_text
+        for key in authored:
+            row[key] = by
+        if "sys_id" in row:
+            row["sys_id"] = sys_id
         if tdef.number_prefix and "number" in row and not given.get("number"):
             counter = self._numbers.get(tdef.number_prefix, 10000) + 1
             self._numbers[tdef.number_prefix] = counter
@@ -109,7 +113,30 @@ class RowWrites:
         visible_from = visible_at.timestamp() if visible_at is not None else now_ts
         self.store.put(table, sys_id, row, visible_from=visible_from, now=now_ts)
         self._ids[table].append(sys_id)
-        return dict(row)
+        return row
+
+    def _template(self, tdef: TableDef) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
+        """A new row of ``tdef`` with its constant defaults, and the fields that take the write
+        instant and the writer (only the fields the table has)."""
+        cached = self._templates.get(tdef.name)
+        if cached is not None and cached[0] is tdef:
+            return cached[1]
+        row = dict.fromkeys(tdef.fields, "")
+        constant = {
+            "sys_mod_count": "0",
+            "sys_class_name": tdef.name,
+            "sys_domain": "global",
+            "sys_domain_path": "/",
+            "active": "true",
+        }
+        for key, default in constant.items():
+            if key in row:
+                row[key] = default
+        stamped = tuple(k for k in ("sys_created_on", "sys_updated_on", "opened_at") if k in row)
+        authored = tuple(k for k in ("sys_created_by", "sys_updated_by") if k in row)
+        made = (row, stamped, authored)
+        self._templates[tdef.name] = (tdef, made)
+        return made
 
     def update(
         self,

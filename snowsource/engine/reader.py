@@ -25,6 +25,7 @@ from snowsource.core.errors import (
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import clock_probe_params, page_params
+from snowsource.engine.clock_probe import observed
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import PageSource
 from snowsource.observability import metrics
@@ -64,10 +65,10 @@ class TableReader:
         return page, limits[-1]
 
     async def ensure_clock(self, clock: InstanceClock) -> None:
-        """HI is never computed from the local clock alone: see one ``Date`` header first."""
-        if not clock.has_observation:
-            probe = clock_probe_params(self._spec)
-            await self._request(lambda: probe, sizing=False)
+        """HI is never computed from the local clock alone: see one ``Date`` header first
+        (the probe in flight for this clock when there is one, else this table's own)."""
+        probe = clock_probe_params(self._spec)
+        await observed(clock, lambda: self._request(lambda: probe, sizing=False), stop=self._stop)
 
     async def check_hidden(self, after: Position, hi: str) -> None:
         """An empty page after a full one: are rows there that the user may not read?"""

@@ -36,6 +36,7 @@ from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget, page_slots
+from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.group_owner import GroupOwner, group_membership
@@ -54,7 +55,7 @@ from snowsource.engine.wiring import (
 )
 from snowsource.observability import metrics
 from snowsource.observability.logs import register_secrets
-from snowsource.runtime.aio import done_before
+from snowsource.runtime.aio import done_before, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
 
@@ -233,38 +234,49 @@ class Daemon:
 
     async def _open_resources(self, stack: AsyncExitStack) -> None:
         s, conn = self.settings, self._conn
-        self.client = await self._open(
-            stack,
-            snow_client(s, on_date=self.clock.observe_date_header, on_response=_observe_response),
+        client = snow_client(
+            s, on_date=self.clock.observe_date_header, on_response=_observe_response
         )
-        self.sink = await self._open(
-            stack,
-            RecordSink(
-                conn,
-                linger_ms=s.kafka.linger_ms,
-                max_request_size=s.kafka.max_request_size,
-                compression_type=str(s.kafka.compression_type),
-            ),
+        sink = RecordSink(
+            conn,
+            linger_ms=s.kafka.linger_ms,
+            max_request_size=s.kafka.max_request_size,
+            compression_type=str(s.kafka.compression_type),
         )
-        self.store = await self._open(
-            stack,
-            OffsetStore(
-                conn,
-                topic=s.offset_storage_topic,
-                connector=s.name,
-                partitions=s.offset_storage_partitions,
-                replication_factor=s.offset_storage_replication_factor,
-                output_topics=self._replay_topics(),
-                allow_full_replay=self.allow_full_replay,
-            ),
+        store = OffsetStore(
+            conn,
+            topic=s.offset_storage_topic,
+            connector=s.name,
+            partitions=s.offset_storage_partitions,
+            replication_factor=s.offset_storage_replication_factor,
+            output_topics=self._replay_topics(),
+            allow_full_replay=self.allow_full_replay,
         )
-        self.deliveries = await self._open(
-            stack, table_deliveries(s, conn, self.store, self._retry)
-        )
-        self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
-        self.topic_watch = await self._open(
-            stack, TopicWatch(conn, [spec.topic for spec in self.specs])
-        )
+        watch = TopicWatch(conn, [spec.topic for spec in self.specs])
+        probe = StartupProbe(self.clock, client, self.specs[0]) if self.specs else None
+        # Closed in reverse order, each whether or not its start got far: close copes with that.
+        for resource in (client, sink, store, probe, watch):
+            if resource is not None:
+                stack.push_async_callback(self._close, resource)
+
+        # What a refused start must not do (create output topics, ask ServiceNow anything)
+        # waits for the offsets topic rule, not for the rest of the store's start.
+        async def session_and_probe() -> None:
+            await client.start()
+            if probe is not None:
+                await store.allowed.wait()
+                await probe.start()  # in the background: nothing below waits for its answer
+
+        async def output_topics() -> None:
+            await store.allowed.wait()
+            self.topic_problems = await self._topic_problems([spec.topic for spec in self.specs])
+            await watch.start()  # the topics exist now (or their tables fail)
+
+        # None of these needs another's result, so their round trips to Kafka overlap: the HTTP
+        # session (and the clock probe), the producer, the offsets store and the output topics.
+        await together(session_and_probe(), sink.start(), store.start(), output_topics())
+        self.client, self.sink, self.store, self.topic_watch = client, sink, store, watch
+        self.deliveries = await self._open(stack, table_deliveries(s, conn, store, self._retry))
         if self._api_factory is not None:
             self.api = await self._open(stack, self._api_factory(self))
         self.membership = await self._open(stack, self._membership())

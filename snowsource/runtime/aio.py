@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 
@@ -31,3 +32,25 @@ async def done_before(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
     return task.done()
+
+
+async def together(*jobs: Coroutine[Any, Any, object]) -> None:
+    """Run ``jobs`` at once; the first to fail cancels the others and its error is raised as
+    itself (not inside an ``ExceptionGroup``), so callers catch what they caught before the
+    steps ran side by side."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for job in jobs:
+                group.create_task(job)
+    except BaseExceptionGroup as failed:
+        raise first_error(failed) from None
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a task group ended with: the first that is not a cancellation."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return first_error(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]
