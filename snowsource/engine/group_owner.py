@@ -132,6 +132,7 @@ class GroupOwner:
     async def enable(self) -> None:
         """Run the tables the group gives this member (start, REST resume)."""
         if self._task is None:
+            log.info("group member", member=self.key)
             self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
             # A bug in the reconciler must end the process, not leave the tables unmanaged.
             self._task.add_done_callback(self._on_crash)
