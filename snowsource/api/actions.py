@@ -42,15 +42,21 @@ class ConnectorActions:
         self._ctx = ctx
         self._views = views
 
-    async def stop(self, request: web.Request) -> web.Response:
-        """``PUT stop``: 204 once every final offset is written, 500 naming those that are not."""
+    async def _stop_as(self, request: web.Request, target: ConnectorState) -> list[str]:
+        """Stop every poller and enter ``target``; the tables whose final offset is missing."""
         ctx = self._ctx
         ctx.connector(request, UNKNOWN_MESSAGE)
         await ctx.started()
         async with ctx.lock:
             ctx.require_open()
-            problems = await self._stop_pollers(ConnectorState.STOPPED)
-            self._mark_tables(ConnectorState.STOPPED.value)
+            problems = await self._stop_pollers(target)
+            self._mark_tables(target.value)
+        return problems
+
+    async def stop(self, request: web.Request) -> web.Response:
+        """``PUT stop``: 204 once every final offset is written, 500 naming those that are not."""
+        ctx = self._ctx
+        problems = await self._stop_as(request, ConnectorState.STOPPED)
         if problems:
             # Connect answers 500 when a stop did not complete; a later PATCH would race writes.
             log.error(
@@ -67,13 +73,7 @@ class ConnectorActions:
 
     async def pause(self, request: web.Request) -> web.Response:
         """``PUT pause``: stopped like ``stop``, listed as PAUSED."""
-        ctx = self._ctx
-        ctx.connector(request, UNKNOWN_MESSAGE)
-        await ctx.started()
-        async with ctx.lock:
-            ctx.require_open()
-            problems = await self._stop_pollers(ConnectorState.PAUSED)
-            self._mark_tables(ConnectorState.PAUSED.value)
+        problems = await self._stop_as(request, ConnectorState.PAUSED)
         if problems:
             log.warning("connector PAUSED, but final offsets are missing", problems=problems)
         log.info("connector PAUSED through REST")
