@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
+from snowsource.core.outbound import INSTANCE_HEADER, TABLE_HEADER, TIMESTAMP_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -215,15 +216,15 @@ async def _read_range(
             headers = record.headers
             if (
                 record.key is None
-                or _header(headers, "snow.table") != window.table
-                or _header(headers, "snow.instance") != window.instance
+                or _header(headers, TABLE_HEADER) != window.table
+                or _header(headers, INSTANCE_HEADER) != window.instance
             ):
                 continue
             if window.deletes and (
                 record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
             ):
                 continue
-            ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
+            ts = _header(headers, TIMESTAMP_HEADER).decode("utf-8", "replace")
             if ts < window.slack_floor:
                 older_seen = True
             if ts >= window.since:

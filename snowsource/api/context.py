@@ -16,10 +16,10 @@ from aiohttp import web
 
 from snowsource.api.control import ConnectorControl
 from snowsource.api.errors import NOT_FOUND_MESSAGE, SHUTTING_DOWN, RestError
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableStatus
+from snowsource.core.table_status import TableStatus
 from snowsource.engine.wiring import connector_specs
 from snowsource.runtime.aio import done_before
 

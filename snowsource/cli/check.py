@@ -39,7 +39,8 @@ from snowsource.adapters.offset_store import topics_with_records
 from snowsource.cli import check_txn
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
-from snowsource.config.settings import LoadedConfig, Settings, load_config
+from snowsource.config.loader import LoadedConfig, load_config
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.errors import (
     ConfigError,

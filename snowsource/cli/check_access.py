@@ -14,7 +14,8 @@ from typing import Final
 from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import Deletes, TableConfig, ValueFormat
+from snowsource.config.fields import Deletes, ValueFormat
+from snowsource.config.models import TableConfig
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_FIELDS, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from snowsource.adapters.servicenow import Page, ServiceNowClient
+from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import access_checks, skipped_access
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import AuthType, OAuthGrantType, Settings, TableConfig
+from snowsource.config.fields import AuthType, OAuthGrantType
+from snowsource.config.models import Settings, TableConfig
 from snowsource.core.errors import (
     AuthError,
     ConfigError,
@@ -30,7 +31,7 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.query import normalise_query
-from snowsource.core.tableapi import probe_params
+from snowsource.core.tableapi import Page, probe_params
 from snowsource.core.timestamps import is_valid_ts
 from snowsource.engine.wiring import snow_client
 

@@ -11,7 +11,7 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.engine.supervisor import Daemon
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The Table API request parameters of a table (SPEC §5): built here only.
+"""The Table API as plain values (SPEC §5): a table's request parameters, built here only,
+and the page a list request answers.
 
 The poller's page requests and clock probe and ``snowsource check``'s probes ask for the same
 table the same way (fields, display values, domain, category), so a check that passes predicts
@@ -7,9 +8,28 @@ what the daemon will see.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from snowsource.core.cursor import Position, page_query
 from snowsource.core.records import RAW_FIELDS_EXTRA
 from snowsource.core.table import TableSpec
+
+
+@dataclass(frozen=True)
+class Page:
+    """One Table API list response.
+
+    ``date`` is the raw ``Date`` header (the instance clock), ``total_count`` the
+    ``X-Total-Count`` header when the request asked for a count, ``elapsed`` the seconds from
+    sending the request to having read the whole body.
+    """
+
+    rows: list[dict[str, Any]]
+    status: int
+    date: str | None
+    total_count: int | None
+    elapsed: float
 
 
 def requested_fields(spec: TableSpec) -> str | None:

@@ -36,10 +36,10 @@ from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from snowsource.adapters.kafka import KafkaConnection, is_retriable
 from snowsource.adapters.membership import describe_members
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.page import PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec

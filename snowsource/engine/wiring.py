@@ -9,7 +9,8 @@ from typing import Any
 
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
-from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
+from snowsource.config.fields import AuthType, TasksAssignment
+from snowsource.config.models import Settings, TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for

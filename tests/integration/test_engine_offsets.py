@@ -16,12 +16,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.assignment import tables_for_task
 from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.emulator.clock import stamp
-from snowsource.engine.poller import TableState
 from snowsource.engine.supervisor import kafka_connection, table_spec
 from tests.integration.conftest import Env
 from tests.integration.engine import (

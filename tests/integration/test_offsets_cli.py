@@ -20,7 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from snowsource.adapters.membership import describe_members
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.cli.offsets import amain
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import (
     SourceOffset,
     SourcePartition,

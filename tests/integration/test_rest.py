@@ -20,7 +20,7 @@ from snowsource.api.rest import (
     RESET_MESSAGE,
     RestServer,
 )
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
