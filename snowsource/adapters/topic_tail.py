@@ -152,24 +152,17 @@ async def read_window(
         begin = await consumer.beginning_offsets(tps)
         end = await consumer.end_offsets(tps)
         for tp in tps:
-            stop_at = end[tp]
-            step = first_step
-            chunks: list[list[EmittedRecord]] = []
-            while stop_at > begin[tp]:
-                budget = max_scanned - scanned
-                if budget <= 0:
-                    complete = False
-                    break
-                start = max(begin[tp], stop_at - min(step, budget))
-                chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
-                scanned += count
-                chunks.append(chunk)
-                if older_seen:
-                    break
-                stop_at = start
-                step *= 4
-            for chunk in reversed(chunks):
-                found.extend(chunk)
+            records, read, whole = await _walk_back(
+                consumer,
+                tp,
+                (begin[tp], end[tp]),
+                window,
+                budget=max_scanned - scanned,
+                step=first_step,
+            )
+            found.extend(records)
+            scanned += read
+            complete = complete and whole
     finally:
         await consumer.stop()
     if not complete:
@@ -180,6 +173,35 @@ async def read_window(
             scanned=scanned,
         )
     return TailResult(found, scanned, complete)
+
+
+async def _walk_back(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    bounds: tuple[int, int],
+    window: _Window,
+    *,
+    budget: int,
+    step: int,
+) -> tuple[list[EmittedRecord], int, bool]:
+    """One partition read backwards from its end in growing steps, until a record older than
+    the window shows nothing of it lies before: its records in order, how many were read, and
+    whether the walk ended before ``budget`` records did."""
+    begin, stop_at = bounds
+    chunks: list[list[EmittedRecord]] = []
+    scanned = 0
+    while stop_at > begin:
+        if budget - scanned <= 0:
+            return [r for chunk in reversed(chunks) for r in chunk], scanned, False
+        start = max(begin, stop_at - min(step, budget - scanned))
+        chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
+        scanned += count
+        chunks.append(chunk)
+        if older_seen:
+            break
+        stop_at = start
+        step *= 4
+    return [r for chunk in reversed(chunks) for r in chunk], scanned, True
 
 
 async def _read_range(

@@ -51,10 +51,8 @@ from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
     secret_value,
-    snow_auth,
     snow_client,
     table_deliveries,
-    table_spec,
 )
 from snowsource.observability import metrics
 from snowsource.observability.logs import register_secrets
@@ -62,15 +60,7 @@ from snowsource.runtime.aio import done_before, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
 
-__all__ = [
-    "ConnectorState",
-    "Daemon",
-    "ShuttingDownError",
-    "kafka_connection",
-    "owned_specs",
-    "snow_auth",
-    "table_spec",
-]
+__all__ = ["ConnectorState", "Daemon", "ShuttingDownError"]
 
 log = structlog.get_logger("snowsource.engine.supervisor")
 

@@ -31,7 +31,7 @@ from snowsource.core.offsets_codec import (
     parse_key,
     partition_for,
 )
-from snowsource.engine.supervisor import kafka_connection
+from snowsource.engine.wiring import kafka_connection
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running, write_config
 from tests.kafka_support import REPO, unique
