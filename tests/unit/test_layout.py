@@ -1,6 +1,7 @@
 """The layout is the architecture: dependencies point one way (cli -> api/engine -> adapters ->
-runtime -> core), the pure core imports no I/O library, no module of the package is part of an
-import cycle, and no product function is longer than a screen."""
+runtime -> core), the pure core imports no I/O library, the API sees the engine and never an
+adapter, and no product function is longer than a screen (import cycles:
+``test_import_cycles.py``)."""
 
 from __future__ import annotations
 
@@ -77,83 +78,6 @@ def test_every_module_lives_in_a_layer() -> None:
         p.name for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py", "__main__.py"}
     )
     assert not loose, f"modules outside a layer package: {loose}"
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports anywhere (in functions too: an import
-    hidden in a function body is still a cycle)."""
-    paths = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module)
-                found.update(f"{node.module}.{a.name}" for a in node.names)
-        graph[name] = {m for m in found if m in paths and m != name}
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root, targets in graph.items():
-        if root in index:
-            continue
-        work = [(root, iter(sorted(targets)))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            nxt = next(edges, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-def test_the_cycle_finder_finds_a_cycle() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _cycles(graph) == [["a", "b", "c"]]
-    assert _cycles({"a": {"b"}, "b": set()}) == []
-
-
-def test_no_import_cycle_in_the_package() -> None:
-    cycles = _cycles(_import_graph())
-    assert not cycles, f"import cycles: {cycles}"
 
 
 @pytest.mark.parametrize("path", _modules("api"), ids=lambda p: p.name)
