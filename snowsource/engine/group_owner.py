@@ -41,6 +41,7 @@ from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.poller import Poller
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline, StopSignal
+from snowsource.runtime.tasks import TaskSet
 
 __all__ = ["GroupOwner", "group_membership"]
 
@@ -67,7 +68,7 @@ class GroupOwner:
         build: BuildPollers,
         run: RunPollers,
         reload: Callable[[], Awaitable[None]],
-        on_crash: Callable[[asyncio.Task[None]], None],
+        tasks: TaskSet,
         page_slots: int,
         stop_timeout: float,
     ) -> None:
@@ -81,7 +82,9 @@ class GroupOwner:
         self._build = build
         self._run = run
         self._reload = reload
-        self._on_crash = on_crash
+        # Generations and the reconciler run in the daemon's task set: a crash (a bug) reaches
+        # the daemon, which shuts down, and none outlives it.
+        self._tasks = tasks
         self._pages = PageBudget(page_slots)
         self._stop_timeout = stop_timeout
         self._units: dict[str, Generation] = {}
@@ -134,9 +137,8 @@ class GroupOwner:
         """Run the tables the group gives this member (start, REST resume)."""
         if self._task is None:
             log.info("group member", member=self.key)
-            self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
-            # A bug in the reconciler must end the process, not leave the tables unmanaged.
-            self._task.add_done_callback(self._on_crash)
+            # A bug in the reconciler ends the process, not leave the tables unmanaged.
+            self._task = self._tasks.spawn(self._reconcile_forever(), name="group-owner")
         resumed = self._stopped_by_operator
         self._enabled = True
         self._stopped_by_operator = False
@@ -262,8 +264,7 @@ class GroupOwner:
         stop = StopSignal()
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
-        task = asyncio.create_task(self._run(runnable), name=f"table:{alias}")
-        task.add_done_callback(self._on_crash)
+        task = self._tasks.spawn(self._run(runnable), name=f"table:{alias}")
         self._units[alias] = Generation(stop=stop, pollers=pollers, task=task)
         for stream in pollers:
             metrics.set_state(stream, TableState.RUNNING.value)

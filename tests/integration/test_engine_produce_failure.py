@@ -12,15 +12,8 @@ from snowsource.adapters.sink import RecordSink
 from snowsource.core.table_status import TableState
 from snowsource.engine import supervisor as daemon_module
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    keys_of,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-    status,
-)
+from tests.integration.engine import caught_up, keys_of, read_offsets, read_topic, running, status
+from tests.polling import poll_until
 
 
 async def test_retriable_produce_failure_restarts_the_table_and_loses_nothing(

@@ -28,14 +28,8 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.engine.wiring import table_spec
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    Record,
-    caught_up,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-)
+from tests.integration.engine import Record, caught_up, read_offsets, read_topic, running
+from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9c2b7e-not-a-real-secret"

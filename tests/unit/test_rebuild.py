@@ -8,7 +8,6 @@ tests control what "already in Kafka" means; reading a real topic is tested in
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,7 @@ from snowsource.engine.resume import MIN_SCAN, rebuild_dedup, scan_cap
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.retrying import StoppedError
 from tests.fakes import FakeSink, FakeStore, make_spec
+from tests.polling import poll_until
 
 T0 = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 LOG = structlog.get_logger("test")
@@ -259,14 +259,6 @@ async def emu_client() -> AsyncIterator[tuple[Emulator, ServiceNowClient, str]]:
         yield emu, client, url
 
 
-async def _until(predicate: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.005)
-
-
 async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     emu_client: tuple[Emulator, ServiceNowClient, str],
 ) -> None:
@@ -290,7 +282,7 @@ async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     )
     task = asyncio.create_task(poller.run())
     status = poller.status
-    await _until(lambda: status.caught_up and store.get(spec.partition) is not None)
+    await poll_until(lambda: status.caught_up and store.get(spec.partition) is not None)
     assert tail.calls == []  # the first start had no committed offset
     assert len(sink.sent) == 20
 
@@ -298,10 +290,10 @@ async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     pages = sink.pages
     sink.refuse = KafkaConnectionError("broker gone")
     new = emu.insert("incident", {"short_description": "after"})
-    await _until(lambda: sink.pages > pages)
+    await poll_until(lambda: sink.pages > pages)
     sink.refuse = None
-    await _until(lambda: any(r.key == new["sys_id"].encode() for r in sink.sent))
-    await _until(lambda: status.caught_up)
+    await poll_until(lambda: any(r.key == new["sys_id"].encode() for r in sink.sent))
+    await poll_until(lambda: status.caught_up)
     assert tail.calls, "the restarted generation did not rebuild its cache"
     stop.request(Deadline.after(5))
     await asyncio.wait_for(task, 7)
