@@ -33,7 +33,6 @@ from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
-from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine.budget import PageBudget, page_slots
@@ -46,7 +45,13 @@ from snowsource.engine.poller import Poller
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
-from snowsource.engine.wiring import Adapters, owned_specs, secret_value
+from snowsource.engine.wiring import (
+    Adapters,
+    kafka_retries,
+    owned_specs,
+    secret_value,
+    snow_retry,
+)
 from snowsource.observability.logs import register_secrets
 from snowsource.runtime.aio import done_before, first_error, together
 from snowsource.runtime.deadline import Deadline, StopSignal
@@ -107,10 +112,8 @@ class Daemon:
         self._deadline: Deadline | None = None
         self._shutdown: asyncio.Event | None = None
         self._crashed: BaseException | None = None
-        self._retry = RetryPolicy(
-            settings.snow.http.retry_initial_backoff_ms / 1000,
-            settings.snow.http.retry_max_backoff_ms / 1000,
-        )
+        self._retry = snow_retry(settings)
+        self._kafka_retry = kafka_retries(settings)
         self._tasks = TaskSet(self._generation_crashed)
         self._mode = self._tables_mode()
         register_secrets(
@@ -311,7 +314,8 @@ class Daemon:
         # session (and the clock probe), the producer, the offsets store and the output topics.
         await together(session_and_probe(), sink.start(), store.start(), output_topics())
         self._opened = _Opened(client, sink, store, watch, kafka)
-        self._opened.deliveries = await self._open(stack, parts.deliveries(store, self._retry))
+        deliveries = parts.deliveries(store, self._kafka_retry.transactions)
+        self._opened.deliveries = await self._open(stack, deliveries)
         if self._api_factory is not None:
             self._api = await self._open(stack, self._api_factory(self))
         await self._open(
@@ -425,6 +429,7 @@ class Daemon:
                 store=opened.store,
                 clock=self._clock,
                 retry=self._retry,
+                kafka_retry=self._kafka_retry,
                 stop=stop,
                 hooks=hooks[spec.alias],
                 pages=pages,

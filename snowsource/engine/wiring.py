@@ -20,13 +20,13 @@ from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Au
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
-from snowsource.config.models import Settings, TableConfig
+from snowsource.config.models import Backoff, Settings, TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
-from snowsource.core.retry import RetryPolicy
+from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.topic_watch import TopicWatch
 from snowsource.engine.txn_delivery import (
@@ -107,6 +107,22 @@ def snow_client(
         on_date=on_date,
         on_response=on_response,
     )
+
+
+def snow_retry(settings: Settings) -> RetryPolicy:
+    """How ServiceNow requests are retried (``snow.http.retry.*``)."""
+    http = settings.snow.http
+    return RetryPolicy(http.retry_initial_backoff_ms / 1000, http.retry_max_backoff_ms / 1000)
+
+
+def kafka_retries(settings: Settings) -> KafkaRetries:
+    """How retriable Kafka errors are retried, per kind of work (``kafka.retry.*``)."""
+    retry = settings.kafka.retry
+
+    def policy(backoff: Backoff) -> RetryPolicy:
+        return RetryPolicy(backoff.initial_backoff_ms / 1000, backoff.max_backoff_ms / 1000)
+
+    return KafkaRetries(policy(retry.offsets), policy(retry.transactions), policy(retry.tail))
 
 
 def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
