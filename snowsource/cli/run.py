@@ -1,7 +1,7 @@
 """``snowsource run``: the daemon composed with its REST API, SIGTERM/SIGINT wired to shutdown.
 
 The one place that knows both the engine and the API: the supervisor runs the pollers and
-knows nothing of HTTP; the REST server talks to it through ``api.control.ConnectorControl``.
+knows nothing of HTTP; the REST server talks to it through ``engine.facade.EngineFacade``.
 """
 
 from __future__ import annotations
