@@ -279,7 +279,6 @@ class OffsetStore(AsyncResource):
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         self._written_during_load = set()
-        self._deleted_since_load = set()
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -313,6 +312,9 @@ class OffsetStore(AsyncResource):
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
+        # A load reads every tombstone written before it began: only those written while it
+        # read are still news to this store's view (GET lists them with a null offset).
+        self._deleted_since_load &= self._written_during_load
         self._written_ms = written
         for key in data:
             if key not in self._warned and parse_key(key) is None:
