@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from snowsource.core.connector_import import import_connector, render_yaml
 from snowsource.core.errors import ConfigError
 from snowsource.core.secret_text import mask
