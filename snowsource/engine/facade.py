@@ -63,6 +63,10 @@ class OffsetsAdmin(Protocol):
 
     def get(self, partition: SourcePartition) -> bytes | None: ...
 
+    def deleted_since_load(self) -> frozenset[bytes]:
+        """Key bytes this process tombstoned since its last load (GET lists them as null)."""
+        ...
+
     async def write(
         self, partition: SourcePartition | Mapping[str, object], value: bytes | None
     ) -> None: ...
