@@ -30,6 +30,7 @@ from snowsource.adapters.kafka import (
     create_topic,
     describe_topic_configs,
     existing_topics,
+    high_watermarks,
     stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
@@ -167,6 +168,9 @@ class OffsetStore(AsyncResource):
         # Keys this process wrote while a reload was reading: their in-memory value is newer
         # than what the reload may have seen (in group mode a reload runs beside pollers).
         self._written_during_load: set[bytes] = set()
+        # Loads running now: the set above is emptied only when none does, so concurrent loads
+        # (every exactly-once generation reloads at its start) never forget each other's writes.
+        self._loads_running = 0
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -262,25 +266,48 @@ class OffsetStore(AsyncResource):
             raise OffsetsTopicMissingError(missing_offsets_topic_message(self.topic, nonempty))
 
     async def load(self) -> None:
-        """(Re)read every partition from the beginning to the end offsets taken now."""
+        """(Re)read every partition from the beginning to the high watermarks taken now.
+
+        Read committed, but up to the high watermark rather than the last stable offset:
+        another producer's open transaction (another table's offset record, a killed process's
+        until the broker aborts it) must not hide an offset committed after it began, so the
+        load waits for it to end.
+        """
+        if self._loads_running == 0:
+            self._written_during_load = set()
+        self._loads_running += 1
+        try:
+            data, written = await self._read_all()
+        finally:
+            self._loads_running -= 1
+        for key in self._written_during_load:
+            if key in self._data:
+                data[key] = self._data[key]
+                written[key] = self._written_ms[key]
+                self._track(key, self._data[key])
+            else:
+                data.pop(key, None)
+        self._loaded(data, written)
+
+    async def _read_all(self) -> tuple[dict[bytes, bytes], dict[bytes, int]]:
+        """Every live value of the topic and when it was written."""
+        tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
+        end = await high_watermarks(self._conn, tps)
         consumer = AIOKafkaConsumer(
             **self._conn.client_kwargs(),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             # Only committed offsets count: an aborted exactly-once transaction never moves a
-            # table, and an open one is not waited for (end offsets are its start).
+            # table; an open one is waited for (the position stops at it until it ends).
             isolation_level="read_committed",
         )
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
-        self._written_during_load = set()
         try:
             await consumer.start()
-            tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
             remaining = {tp for tp in tps if end[tp] > 0}
             while remaining:
                 batch = await consumer.getmany(*remaining, timeout_ms=1000, max_records=10000)
@@ -297,14 +324,7 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
         finally:
             await consumer.stop()
-        for key in self._written_during_load:
-            if key in self._data:
-                data[key] = self._data[key]
-                written[key] = self._written_ms[key]
-                self._track(key, self._data[key])
-            else:
-                data.pop(key, None)
-        self._loaded(data, written)
+        return data, written
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
