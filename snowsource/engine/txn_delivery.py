@@ -260,6 +260,9 @@ class TransactionalDelivery:
                 raise self._fenced
             try:
                 async with asyncio.timeout(self._bound):
+                    # A failed ``stream`` rewrite discarded the producer and this page came
+                    # before its retry: start the replacement here too, as the retry would.
+                    await self._producer.open()
                     await self._producer.begin()
                     ack = await self._pages.deliver_page(plan)
                     if ack is None:  # stopping, out of time: the next start replaces it

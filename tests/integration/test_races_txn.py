@@ -1,0 +1,117 @@
+"""Issue 23 items 1 and 2: exactly-once windows a review suspected, on the real broker.
+
+Each test drives the interleaving itself: a producer hook (a subclass of the real
+``TransactionalProducer``) fails or holds one call at the point the review names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka.errors import KafkaConnectionError
+
+from snowsource.adapters.kafka import KafkaConnection, admin_client, create_topic
+from snowsource.adapters.txn_producer import TransactionalProducer
+from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.page import Emit, PagePlan
+from snowsource.core.retry import RetryPolicy
+from snowsource.engine.txn_delivery import TransactionalDelivery
+from snowsource.runtime.deadline import Deadline, StopSignal
+from tests.conftest import TopicFactory
+from tests.fakes import CONNECTOR, make_spec
+from tests.integration.engine import read_topic
+
+
+class RecordingStore:
+    """The offsets store as a transactional delivery sees it."""
+
+    connector = CONNECTOR
+
+    def __init__(self) -> None:
+        self.written: list[bytes | None] = []
+        self.loads = 0
+
+    async def load(self) -> None:
+        self.loads += 1
+
+    def written_elsewhere(self, key: bytes, value: bytes | None, stamp_ms: int = -1) -> None:
+        self.written.append(value)
+
+
+class HiccupProducer(TransactionalProducer):
+    """The real producer; its next commit fails like a broker hiccup once ``hiccup`` is set,
+    after waiting for ``release`` (so a test can queue work behind the failing call)."""
+
+    hiccup = False
+    failed: asyncio.Event
+    release: asyncio.Event
+
+    async def commit(self) -> None:
+        if self.hiccup:
+            self.hiccup = False
+            self.failed.set()
+            await self.release.wait()
+            raise KafkaConnectionError("injected: the transaction coordinator went away")
+        await super().commit()
+
+
+def _plan(fingerprint: str, second: int, n: int = 3, phase: str = "backfill") -> PagePlan:
+    emits = [
+        Emit(
+            (phase, fingerprint),
+            f"2026-09-29 07:00:{second:02d}",
+            f"{second:02d}{i:030x}",
+            b'{"v":%d}' % i,
+            (f"2026-09-29 07:00:{second:02d}", f"{second:02d}{i:030x}"),
+        )
+        for i in range(n)
+    ]
+    return PagePlan(phase=phase, fingerprint=fingerprint, emits=emits)
+
+
+async def test_a_page_during_a_commit_retry_is_delivered_not_failed(
+    kafka_bootstrap: str, topic_factory: TopicFactory, name_factory: object
+) -> None:
+    """Item 2: the ``stream`` rewrite's transaction fails (the producer is discarded) and,
+    before its retry reopens the producer, the next page takes the lock. ``begin()`` on the
+    discarded producer raised ``RuntimeError``, which the poller takes for a bug: FAILED."""
+    topic = await topic_factory("races-eos", partitions=1)
+    offsets = name_factory("races-eos-offsets")  # type: ignore[operator]
+    conn = KafkaConnection(kafka_bootstrap)
+    async with admin_client(conn) as admin:
+        await create_topic(admin, offsets, partitions=1, replication_factor=1)
+    spec = make_spec(topic=topic)
+    fingerprint = spec.partition.query_fingerprint
+    producer = HiccupProducer(conn, transactional_id=f"races-{topic}", offsets_topic=offsets)
+    producer.failed, producer.release = asyncio.Event(), asyncio.Event()
+    store = RecordingStore()
+    delivery = TransactionalDelivery(
+        spec, producer, StopSignal(), store=store, retry=RetryPolicy(0.01, 0.05)
+    )
+    try:
+        await delivery.begin_generation()
+        first = await delivery.deliver_page(_plan(fingerprint, 1))
+        assert first is not None
+        assert first.failure is None
+
+        # Caught up after the backfill page: the committer rewrites its cursor as "stream".
+        producer.hiccup = True
+        rewrite = SourceOffset("2026-09-29 07:00:01", f"01{2:030x}", "stream", fingerprint)
+        committing = asyncio.ensure_future(delivery.commit(spec.partition, rewrite, deadline=None))
+        await producer.failed.wait()
+        # The next page queues behind the failing rewrite, ahead of its retry.
+        paging = asyncio.ensure_future(delivery.deliver_page(_plan(fingerprint, 2, phase="stream")))
+        # Poll until the page waits for the lock: nothing to wait on for that but the lock.
+        while not delivery._lock._waiters:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        producer.release.set()
+
+        ack = await paging
+        assert ack is not None
+        assert ack.failure is None, ack.failure
+        assert ack.acked == 3
+        await committing  # the retry finds the page's newer offset committed: nothing to do
+    finally:
+        await producer.close(Deadline.after(10))
+    records = await read_topic(kafka_bootstrap, topic, isolation_level="read_committed")
+    assert [r.key for r in records] == [e.id.encode() for s in (1, 2) for e in _plan("", s).emits]
