@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.membership import GROUP_TASK_ID
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
 from snowsource.core.assignment import assign
@@ -177,4 +178,7 @@ def table_deliveries(
         max_request_size=k.max_request_size,
         compression_type=str(k.compression_type),
     )
-    return Deliveries(make, store=store, retry=retry, others=other_members(conn, settings.name))
+    group = settings.tasks_assignment == TasksAssignment.GROUP
+    task_id = GROUP_TASK_ID if group else settings.task_id
+    others = other_members(conn, settings.name, task_id)
+    return Deliveries(make, store=store, retry=retry, others=others)
