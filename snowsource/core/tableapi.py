@@ -7,7 +7,10 @@ what the daemon will see.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from snowsource.core.cursor import Position, page_query
+from snowsource.core.query import split_groups
 from snowsource.core.records import RAW_FIELDS_EXTRA
 from snowsource.core.table import TableSpec
 
@@ -90,3 +93,24 @@ def clock_probe_params(spec: TableSpec) -> dict[str, str]:
         query_domain=spec.query_domain,
         query_category=spec.query_category,
     )
+
+
+def current_rows_params(spec: TableSpec, ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` that are rows of the table now, under its base query: id and cursor
+    timestamp only. The delete stream asks before it tombstones a row that may have been
+    re-created with the same id (``core.deletes.superseded``)."""
+    wanted = f"{spec.id_field}IN{','.join(ids)}"
+    groups = split_groups(spec.normalised_query)
+    # Every ^NQ group is its own AND-group: the id condition must bind to each of them.
+    query = "^NQ".join(f"{group}^{wanted}" if group else wanted for group in groups)
+    params = {
+        "sysparm_query": query,
+        "sysparm_fields": f"{spec.id_field},{spec.timestamp_field}",
+        "sysparm_limit": str(len(ids)),
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+    params.update(scope_params(spec.query_domain, spec.query_category))
+    return params

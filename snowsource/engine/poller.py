@@ -412,7 +412,7 @@ class Poller:
                         await self._reader.check_hidden(after, hi)
                     result.caught_up = True
                     break
-                await self._hooks.prepare(rows)
+                skip = await self._hooks.prepare(rows)
                 positions = page_positions(
                     spec, self._shaper, rows, after=after, hi=hi, previous=previous
                 )
@@ -421,8 +421,7 @@ class Poller:
                 if full and not self._stop.is_set():
                     fetch = self._prefetch(Position(*last), hi)
                 phase = "backfill" if full else "stream"
-                # Neither this sweep nor the next reads below min(this row, HI - overlap), so
-                # rows older than that need no dedup entry: a long backfill stays small.
+                # Nothing reads below min(this row, HI - overlap) again: no dedup entry needed.
                 keep_from = min(last[0], rewound_floor)
                 plan = plan_page(
                     spec,
@@ -434,6 +433,7 @@ class Poller:
                     late_floor=self._late_floor,
                     dedup=self._dedup,
                     keep_from=keep_from,
+                    skip=skip,
                 )
                 del page, rows, positions  # acks take a while: meanwhile hold only the values
                 await self._produce(plan, result)
