@@ -258,12 +258,18 @@ class _RangeReader:
                 ts = self._match(record)
                 if ts is None:
                     continue
-                older_seen = older_seen or ts < self._window.slack_floor
+                older_seen = older_seen or (ts < self._window.slack_floor and self._own(record))
                 if ts >= self._window.since:
                     emitted = _emitted(record, ts=ts, window=self._window)
                     if emitted is not None:
                         chunk.append(emitted)
         return chunk, older_seen, count
+
+    def _own(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Whether the record follows this stream's cursor. A table's topic also holds its
+        delete stream's tombstones, stamped with their audit rows' times (years old while that
+        stream catches up): one of them says nothing about where the table's window starts."""
+        return self._window.deletes or _header(record.headers, OPERATION_HEADER) != DELETE
 
     def _match(self, record: ConsumerRecord[bytes, bytes]) -> str | None:
         """The record's ``snow.timestamp`` when it is one of the window's table, else None."""

@@ -95,6 +95,36 @@ async def test_a_long_partition_does_not_starve_the_others_of_the_scan_budget(
     assert result.scanned <= 7000
 
 
+async def test_old_tombstones_at_the_tail_do_not_end_the_tables_walk_early(
+    kafka_bootstrap: str, topic_factory: TopicFactory, producer: AIOKafkaProducer
+) -> None:
+    """Item 6. A delete stream catching up after the table's backfill writes tombstones stamped
+    with old audit times after the table's newest records. Taken for the table's own records,
+    the first of them ended the backward walk before the table's window was read."""
+    topic = await topic_factory("races-stones", partitions=1)
+    for i in range(200):
+        await _send(producer, topic, 0, f"before-{i}", "incident", OLD)
+    for i in range(30):
+        await _send(producer, topic, 0, f"row-{i}", "incident", NEW)
+    for i in range(30):
+        # headers of a delete stream's tombstone: the base table, operation delete, old time
+        stone = [*_headers("incident", OLD), ("snow.operation", b"delete")]
+        await producer.send(topic, None, key=f"gone-{i}".encode(), partition=0, headers=stone)
+    await producer.flush()
+    result = await read_window(
+        KafkaConnection(kafka_bootstrap),
+        topic,
+        instance=INSTANCE,
+        table="incident",
+        since=NEW,
+        slack_floor=NEW,
+        max_scanned=1000,
+        first_step=10,
+    )
+    assert [r.id for r in result.records] == [f"row-{i}" for i in range(30)]
+    assert result.scanned < 261  # it still stops at the table's own older records
+
+
 async def test_the_rebuild_sees_records_committed_after_another_producers_open_transaction(
     kafka_bootstrap: str,
     topic_factory: TopicFactory,
