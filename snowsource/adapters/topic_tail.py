@@ -41,6 +41,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
+from snowsource.core.outbound import INSTANCE_HEADER, TABLE_HEADER, TIMESTAMP_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -276,15 +277,15 @@ class _RangeReader:
         window, headers = self._window, record.headers
         if (
             record.key is None
-            or _header(headers, "snow.table") != window.table
-            or _header(headers, "snow.instance") != window.instance
+            or _header(headers, TABLE_HEADER) != window.table
+            or _header(headers, INSTANCE_HEADER) != window.instance
         ):
             return None
         if window.deletes and (
             record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
         ):
             return None
-        return _header(headers, "snow.timestamp").decode("utf-8", "replace")
+        return _header(headers, TIMESTAMP_HEADER).decode("utf-8", "replace")
 
 
 def _emitted(

@@ -36,6 +36,7 @@ from snowsource.core.deletes import (
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
@@ -47,7 +48,6 @@ from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
-Headers = list[tuple[str, bytes]]
 UPSERT = (OPERATION_HEADER, b"upsert")
 # Ids per "which of these rows exist" request: a short URL however large the page.
 _IDS_PER_REQUEST = 100
@@ -76,11 +76,7 @@ class StreamHooks:
         self.spec = spec
         self.shaper = shaper
         # The partition is the one place that says which instance and table a record is from.
-        self.headers: Headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-            UPSERT,
-        ]
+        self.headers: Headers = [*source_headers(spec.partition), UPSERT]
         # A record's own headers after ``snow.timestamp`` and ``snow.phase``; None: none.
         self.record_headers: Callable[[Emit], Headers] | None = None
 
@@ -265,11 +261,7 @@ class DeleteHooks(StreamHooks):
         self._log = structlog.get_logger("snowsource.engine.streams").bind(
             table=spec.alias, snow_table=AUDIT_TABLE
         )
-        self.headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", base.name.encode()),
-            DELETE,
-        ]
+        self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
 
     def cap(self, hi: str) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,
