@@ -229,6 +229,8 @@ class TransactionalDelivery:
         Nothing of a failed transaction is acknowledged (``acked == 0``); the failure names
         the record that caused it, or the first one when the transaction itself failed.
         """
+        if self._stop.revoked():
+            return None  # group mode, after a stall: the table's new owner fenced this one
         transaction = asyncio.ensure_future(self._page_transaction(plan))
         if not await self._stop.finish(transaction):
             # Stopping and out of time: the producer's close aborts what is still open.
