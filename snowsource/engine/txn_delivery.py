@@ -35,7 +35,7 @@ import structlog
 from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from snowsource.adapters.kafka import KafkaConnection, is_retriable
-from snowsource.adapters.membership import GROUP_TASK_ID, Member, describe_members
+from snowsource.adapters.membership import describe_members
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
@@ -499,17 +499,15 @@ def transactional_producer(
     return make
 
 
-def other_members(conn: KafkaConnection, connector: str, task_id: int) -> OthersDescriber:
-    """Describes the connector's live processes other than this one that may own this
-    process's tables: those with its ``task_id``, and every group-mode member (``task_id``
-    :data:`~snowsource.adapters.membership.GROUP_TASK_ID`, whose tables move between them)."""
-    me = (socket.gethostname(), os.getpid())
+def other_members(conn: KafkaConnection, connector: str) -> OthersDescriber:
+    """Describes the connector's live processes other than this one (group membership).
 
-    def may_own(member: Member) -> bool:
-        return GROUP_TASK_ID in (task_id, member.task_id) or member.task_id == task_id
+    All of them, whatever their task id: a process whose ``tasks.max`` differs may own this
+    process's tables under another task id (the misconfiguration a fence reports)."""
+    me = (socket.gethostname(), os.getpid())
 
     async def describe() -> list[str]:
         members = await describe_members(conn, connector)
-        return [m.describe() for m in members if (m.host, m.pid) != me and may_own(m)]
+        return [m.describe() for m in members if (m.host, m.pid) != me]
 
     return describe

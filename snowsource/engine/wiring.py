@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.membership import GROUP_TASK_ID
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.config.fields import AuthType, TasksAssignment
 from snowsource.config.models import Settings, TableConfig
@@ -186,7 +185,4 @@ def table_deliveries(
         max_request_size=k.max_request_size,
         compression_type=str(k.compression_type),
     )
-    group = settings.tasks_assignment == TasksAssignment.GROUP
-    task_id = GROUP_TASK_ID if group else settings.task_id
-    others = other_members(conn, settings.name, task_id)
-    return Deliveries(make, store=store, retry=retry, others=others)
+    return Deliveries(make, store=store, retry=retry, others=other_members(conn, settings.name))
