@@ -120,6 +120,12 @@ async def test_a_page_during_a_commit_retry_is_delivered_not_failed(
     assert [r.key for r in records] == [e.id.encode() for s in (1, 2) for e in _plan("", s).emits]
 
 
+#: The transaction timeout the stall tests inject (the product's is 60 s). The delivery bounds a
+#: transaction at this less 10 s (at least 1 s): 13 s leaves the page 3 s to reach its commit
+#: on a loaded machine before the bound, not the stall, would end it.
+STALL_TIMEOUT_MS = 13_000
+
+
 class StallingProducer(TransactionalProducer):
     """The real producer; with ``stall`` set, its next commit first waits for ``rival`` (the
     newer owner has started) and then blocks the whole event loop past the transaction
@@ -156,11 +162,12 @@ def _others(*names: str) -> Callable[[], Awaitable[list[str]]]:
     return describe
 
 
+@pytest.mark.slow
 async def test_a_process_stalled_past_the_transaction_timeout_does_not_fence_the_new_owner(
     kafka_bootstrap: str, topic_factory: TopicFactory, name_factory: object
 ) -> None:
     """Item 1. The old owner stands still inside a transaction for longer than
-    ``transaction.timeout.ms`` (3 s here, injected; 60 s in the product) while a newer owner
+    ``transaction.timeout.ms`` (13 s here, injected; 60 s in the product) while a newer owner
     fences it. On waking, its commit is refused like a broker timeout would be; it used to
     restart the table and fence the live owner, whose table then FAILED. Now it stops."""
     conn, topic, offsets = await _eos_setup(kafka_bootstrap, topic_factory, name_factory)
@@ -168,11 +175,17 @@ async def test_a_process_stalled_past_the_transaction_timeout_does_not_fence_the
     fingerprint = spec.partition.query_fingerprint
     txn_id = f"races-{topic}"
     old = StallingProducer(
-        conn, transactional_id=txn_id, offsets_topic=offsets, transaction_timeout_ms=3000
+        conn,
+        transactional_id=txn_id,
+        offsets_topic=offsets,
+        transaction_timeout_ms=STALL_TIMEOUT_MS,
     )
     old.rival, old.at_commit = asyncio.Event(), asyncio.Event()
     new = TransactionalProducer(
-        conn, transactional_id=txn_id, offsets_topic=offsets, transaction_timeout_ms=3000
+        conn,
+        transactional_id=txn_id,
+        offsets_topic=offsets,
+        transaction_timeout_ms=STALL_TIMEOUT_MS,
     )
     retry = RetryPolicy(0.01, 0.05)
     stale = TransactionalDelivery(
@@ -209,6 +222,7 @@ async def test_a_process_stalled_past_the_transaction_timeout_does_not_fence_the
     assert [r.key for r in records] == [e.id.encode() for e in _plan("", 2).emits]
 
 
+@pytest.mark.slow
 async def test_a_stalled_process_alone_restarts_its_table(
     kafka_bootstrap: str, topic_factory: TopicFactory, name_factory: object
 ) -> None:
@@ -218,7 +232,10 @@ async def test_a_stalled_process_alone_restarts_its_table(
     spec = make_spec(topic=topic)
     fingerprint = spec.partition.query_fingerprint
     producer = StallingProducer(
-        conn, transactional_id=f"races-{topic}", offsets_topic=offsets, transaction_timeout_ms=3000
+        conn,
+        transactional_id=f"races-{topic}",
+        offsets_topic=offsets,
+        transaction_timeout_ms=STALL_TIMEOUT_MS,
     )
     producer.rival, producer.at_commit = asyncio.Event(), asyncio.Event()
     producer.rival.set()
