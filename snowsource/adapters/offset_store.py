@@ -49,6 +49,13 @@ _VISIBLE_RETRY = RetryPolicy(0.1, 0.1)
 _VISIBLE_WITHIN = 30.0
 
 
+#: How long a load waits for another producer's open transaction before it stops in front of
+#: it. A live one ends in milliseconds; a killed process's lasts until this process's own
+#: generation fences it (each exactly-once generation reloads after that) or the broker times
+#: it out after a minute, which a restart must not wait for.
+OPEN_TRANSACTION_WAIT_SECONDS = 15.0
+
+
 class _NotVisibleError(Exception):
     """The topic is not in the metadata yet."""
 
@@ -135,6 +142,33 @@ def _cursor_of(value: bytes) -> tuple[str, str] | None:
         return None
     ts, sys_id = parsed.get("timestamp"), parsed.get("sys_id")
     return (ts, sys_id) if isinstance(ts, str) and isinstance(sys_id, str) else None
+
+
+class _Progress:
+    """Which partitions of a load stood still too long (held by an open transaction)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+        self._seen: dict[TopicPartition, tuple[int, float]] = {}
+
+    async def stuck(self, partitions: set[TopicPartition], limit: float) -> set[TopicPartition]:
+        now = time.monotonic()
+        found: set[TopicPartition] = set()
+        for tp in partitions:
+            position = await self._consumer.position(tp)
+            last = self._seen.get(tp)
+            if last is None or last[0] != position:
+                self._seen[tp] = (position, now)
+            elif now - last[1] > limit:
+                found.add(tp)
+        if found:
+            log.warning(
+                "an open transaction held the offsets topic longer than the load waits; "
+                "offsets committed after it are read at the next load",
+                partitions=sorted(tp.partition for tp in found),
+                waited_s=limit,
+            )
+        return found
 
 
 class OffsetStore(AsyncResource):
@@ -271,7 +305,7 @@ class OffsetStore(AsyncResource):
         Read committed, but up to the high watermark rather than the last stable offset:
         another producer's open transaction (another table's offset record, a killed process's
         until the broker aborts it) must not hide an offset committed after it began, so the
-        load waits for it to end.
+        load waits for it to end, for up to :data:`OPEN_TRANSACTION_WAIT_SECONDS`.
         """
         if self._loads_running == 0:
             self._written_during_load = set()
@@ -309,6 +343,7 @@ class OffsetStore(AsyncResource):
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             remaining = {tp for tp in tps if end[tp] > 0}
+            waiting = _Progress(consumer)
             while remaining:
                 batch = await consumer.getmany(*remaining, timeout_ms=1000, max_records=10000)
                 for records in batch.values():
@@ -322,6 +357,7 @@ class OffsetStore(AsyncResource):
                             written[record.key] = record.timestamp
                             self._track(record.key, record.value)
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
+                remaining -= await waiting.stuck(remaining, OPEN_TRANSACTION_WAIT_SECONDS)
         finally:
             await consumer.stop()
         return data, written
