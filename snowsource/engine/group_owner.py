@@ -79,6 +79,8 @@ class GroupOwner:
             self.streams.setdefault(alias, []).append(spec)
         self.view: GroupView | None = None
         self.rejoin: Callable[[], None] = lambda: None
+        # The group membership's lease for tables started now (adapters.membership).
+        self.lease: Callable[[], Callable[[], str | None]] = lambda: lambda: None
         self._build = build
         self._run = run
         self._reload = reload
@@ -261,7 +263,7 @@ class GroupOwner:
         log.info("tables started", tables=gaining, member=self.key)
 
     def _start(self, alias: str) -> None:
-        stop = StopSignal()
+        stop = StopSignal(self.lease())
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
         task = self._tasks.spawn(self._run(runnable), name=f"table:{alias}")
@@ -312,6 +314,7 @@ def group_membership(
         on_lost=owner.on_lost,
     )
     owner.rejoin = membership.request_rejoin
+    owner.lease = membership.lease
     return membership
 
 

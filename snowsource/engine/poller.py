@@ -228,7 +228,7 @@ class Poller:
     ) -> tuple[PagePlan, str]:
         """What to emit of a page; the next page is asked for as soon as its start is known."""
         spec, hooks, rows, hi = self.spec, self._hooks, page.rows, stream.span.hi
-        await hooks.prepare(rows)
+        skip = await hooks.prepare(rows)
         positions = page_positions(
             spec, hooks.shaper, rows, after=page.after, hi=hi, previous=page.previous
         )
@@ -248,6 +248,7 @@ class Poller:
             late_floor=gen.late_floor,
             dedup=gen.dedup,
             keep_from=keep_from,
+            skip=skip,
         )
         return plan, keep_from
 

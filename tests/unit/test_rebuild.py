@@ -22,7 +22,7 @@ from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.adapters.topic_tail import EmittedRecord, TailResult
 from snowsource.core.clock import InstanceClock
 from snowsource.core.dedup import DedupCache, digest
-from snowsource.core.errors import KafkaSinkError
+from snowsource.core.errors import KafkaSinkError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table_status import TableState
@@ -54,6 +54,7 @@ class FakeTail:
     calls: list[Call] = field(default_factory=list)
     hang: bool = False
     entered: asyncio.Event = field(default_factory=asyncio.Event)
+    complete: bool = True  # False: the scan cap stopped a partition before the window
 
     async def read_window(
         self,
@@ -94,7 +95,7 @@ class FakeTail:
                 and ts >= since
             ):
                 found.append(EmittedRecord(sent.key.decode(), ts, digest(sent.value)))
-        return TailResult(found, len(found), True)
+        return TailResult(found, len(found), self.complete)
 
 
 def _offset(ts: str, sys_id: str = "") -> SourceOffset:
@@ -231,6 +232,20 @@ async def test_a_refused_read_warns_at_least_once_and_fails_exactly_once() -> No
         await _rebuild(
             FakeTail(errors=[TopicAuthorizationFailedError()]), committed, cache, required=True
         )
+
+
+async def test_a_rebuild_cut_short_by_the_scan_cap_fails_only_exactly_once() -> None:
+    """Issue 23 item 3: a partial cache was a WARN even where exactly-once depends on it."""
+    committed = _offset("2026-09-29 07:00:30")
+    record = EmittedRecord("x", "2026-09-29 07:00:20", b"1" * 16)
+    cache = DedupCache(10)
+    await _rebuild(FakeTail(records=[record], complete=False), committed, cache)
+    assert cache.contains("x")  # at least once: what was read still suppresses repeats
+    with pytest.raises(TableFailedError, match=r"Raise dedup\.max\.entries"):
+        await _rebuild(
+            FakeTail(records=[record], complete=False), committed, DedupCache(10), required=True
+        )
+    await _rebuild(FakeTail(records=[record]), committed, DedupCache(10), required=True)
 
 
 async def test_stop_abandons_a_rebuild_that_hangs() -> None:
