@@ -6,12 +6,12 @@ from snowsource.core.table_status import TableState
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,
-    poll_until,
     read_topic,
     running,
     status,
     sweeps_after,
 )
+from tests.polling import poll_until
 
 INCIDENT = {"incident": {"name": "incident", "deletes": "audit"}}
 

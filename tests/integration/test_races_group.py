@@ -26,8 +26,9 @@ import pytest
 from snowsource.core.group_plan import owner_among
 from snowsource.emulator.journal import Request
 from tests.integration.conftest import Env
-from tests.integration.engine import latest_by_key, poll_until, read_topic, write_config
+from tests.integration.engine import latest_by_key, read_topic, write_config
 from tests.integration.test_group_mode import Group, Member
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.slow
 
