@@ -203,6 +203,7 @@ class StatusViews:
         return {
             "table": spec.name,
             "topic": spec.topic,
+            "partition": spec.partition.as_dict(),
             "state": state.value,
             "phase": committed.get("phase") if committed else None,
             "cursor": {"timestamp": timestamp, "sys_id": sys_id} if committed else None,
@@ -226,6 +227,7 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
     return {
         "table": spec.name,
         "topic": spec.topic,
+        "partition": spec.partition.as_dict(),
         "state": status.state.value,
         "phase": status.phase,
         "cursor": {"timestamp": cursor.ts, "sys_id": cursor.id} if cursor else None,

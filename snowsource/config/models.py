@@ -396,6 +396,9 @@ class RestConfig(Section):
     # 0 asks the OS for a free port (tests); anything else is the listening port.
     port: Annotated[int, Field(ge=0, le=65535)] = 8083
     auth_token: Secret | None = None
+    # The operator console (GET /console) is static and reads through the API's own calls, so
+    # it adds nothing an API client could not already do; off only hides the page.
+    console: bool = True
 
 
 class LogConfig(Section):

@@ -93,6 +93,17 @@ VALUES_UNPARSED = Counter(
     ["table"],
     registry=REGISTRY,
 )
+OFFSET_COMMIT_SECONDS = Histogram(
+    "snowsource_offset_commit_seconds",
+    "Offset-topic write latency, from send to Kafka's acknowledgement",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+READY = Gauge(
+    "snowsource_ready",
+    "1 when GET /health/ready would answer 200, 0 otherwise; evaluated at each scrape",
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -114,6 +125,8 @@ ALL_METRIC_NAMES = (
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
+    "snowsource_offset_commit_seconds",
+    "snowsource_ready",
 )
 
 
