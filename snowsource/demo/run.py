@@ -223,6 +223,7 @@ class _Run:
             print(f"connector {settings.name}: snowsource run --config {config_path}")
             print(f"Kafka {options.bootstrap}, topics {', '.join(v.topic for v in views)}")
             print(f"REST: curl -s http://127.0.0.1:{rest_port}/connectors/{settings.name}/status")
+            print(f"console: open http://127.0.0.1:{rest_port}/console in a browser")
             if options.seconds is not None:
                 print(f"running headless for {options.seconds:g} s (DEMO_SECONDS)")
             print()

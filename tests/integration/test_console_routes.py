@@ -19,7 +19,12 @@ from tests.integration.test_rest import rest_of, rest_settings
 pytestmark = pytest.mark.kafka
 
 TOKEN = "console-routes-tok-not-a-real-secret"
-TYPES = {"index.html": "text/html", "console.css": "text/css", "console.js": "text/javascript"}
+TYPES = {
+    "index.html": "text/html",
+    "console.css": "text/css",
+    "console.js": "text/javascript",
+    "icon.svg": "image/svg+xml",
+}
 
 
 @pytest.fixture
@@ -49,7 +54,7 @@ async def test_assets_are_served_with_a_strict_policy_and_without_a_token(
         async with http.get(f"{root}/connectors") as resp:
             assert resp.status == 401
         async with http.get(f"{root}/console/other.js") as resp:
-            assert resp.status == 401  # only the three assets are open
+            assert resp.status == 401  # only the assets are open
 
 
 async def test_rest_console_false_serves_no_page(env: Env, http: ClientSession) -> None:

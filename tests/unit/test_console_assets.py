@@ -88,7 +88,8 @@ def test_every_asset_is_package_data() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     globs = pyproject["tool"]["setuptools"]["package-data"]["snowsource"]
     shipped = {name for name, _ in ASSETS.values()}
-    assert shipped == {p.name for p in CONSOLE.iterdir() if p.suffix in {".html", ".css", ".js"}}
+    files = {p.name for p in CONSOLE.iterdir() if p.suffix in {".html", ".css", ".js", ".svg"}}
+    assert shipped == files
     for name in shipped:
         relative = f"api/console/{name}"
         assert any(fnmatch(relative, glob) for glob in globs), f"{relative} is not package data"

@@ -1,10 +1,10 @@
 """The operator console: one static page at ``GET /console`` over the REST API and ``/metrics``.
 
-The page, its stylesheet and its script ship in this package and are read once when the server
-is built; nothing is rendered per request, so the page carries no data and needs no token (it
-asks for one when the API answers 401). Every asset goes out with a strict Content-Security-
-Policy: scripts and styles only from the daemon's own origin, no inline code, no framing — what
-the API returns can never run in the operator's browser.
+The page, its stylesheet, its script and its icon ship in this package and are read once when
+the server is built; nothing is rendered per request, so the page carries no data and needs no
+token (it asks for one when the API answers 401). Every asset goes out with a strict
+Content-Security-Policy: scripts and styles only from the daemon's own origin, no inline code,
+no framing — what the API returns can never run in the operator's browser.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ ASSETS: Final = {
     PAGE_PATH: ("index.html", "text/html"),
     f"{PAGE_PATH}/console.css": ("console.css", "text/css"),
     f"{PAGE_PATH}/console.js": ("console.js", "text/javascript"),
+    f"{PAGE_PATH}/icon.svg": ("icon.svg", "image/svg+xml"),
 }
 #: The paths that need no bearer token: the page must load before it can ask for one.
 PATHS: Final = frozenset(ASSETS)
@@ -50,7 +51,7 @@ _HEADERS: Final = {
 
 
 class Console:
-    """The console's three assets, read from the package once."""
+    """The console's assets, read from the package once."""
 
     def __init__(self) -> None:
         files = resources.files(__package__)

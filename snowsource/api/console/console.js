@@ -35,8 +35,9 @@
   }
 
   // One call; relative URLs, so the page also works behind a proxy that adds a path prefix.
+  // JSON answers are parsed; others (the Prometheus text of /metrics) come back as text.
   async function api(method, path, body) {
-    const headers = { Accept: "application/json" };
+    const headers = { Accept: "application/json, text/plain" };
     const secret = token();
     if (secret) headers.Authorization = `Bearer ${secret}`;
     const init = { method, headers, cache: "no-store", credentials: "omit" };
@@ -47,6 +48,8 @@
     const response = await fetch(path, init);
     if (response.status === 401) throw new Unauthorised();
     const text = await response.text();
+    const isJson = (response.headers.get("Content-Type") || "").startsWith("application/json");
+    if (response.ok && !isJson) return text;
     let payload = null;
     if (text) {
       try {
@@ -229,6 +232,14 @@
     setText(part(node, "rows"), (table.rows_emitted || 0).toLocaleString("en"));
     setText(part(node, "offset"), offsetText(table.committed));
     drawChart(part(node, "line"), perSecond);
+    const minutes = Math.max(1, Math.round((now - entry.rows[0][0]) / 60000));
+    const peak = perSecond.length ? Math.max(...perSecond) : null;
+    setText(
+      part(node, "chart-caption"),
+      peak === null
+        ? "rows/s: the chart fills as this page keeps polling"
+        : `rows/s over the last ${minutes} min (this page's samples) · peak ${peak.toFixed(1)}`,
+    );
     updateFailure(part(node, "failure"), table);
     updateRewindForm(node);
   }
@@ -276,7 +287,6 @@
     const meta = [connector.worker_id, root && root.version ? `v${root.version}` : null];
     setText($("connector-meta"), meta.filter(Boolean).join(" · "));
     updateButtons();
-    updatePool(status.pool);
 
     const tables = status.tables || {};
     const aliases = Object.keys(tables).sort();
@@ -295,14 +305,37 @@
       }
     }
     show($("no-tables"), aliases.length === 0);
-    setText($("refreshed"), `refreshed ${new Date(now).toLocaleTimeString()}`);
+    setText($("refreshed"), `refreshed ${new Date(now).toISOString().slice(11, 19)} UTC`);
   }
 
-  function updatePool(pool) {
-    const node = $("pool");
-    const entries = pool && typeof pool === "object" ? Object.entries(pool) : [];
-    setText(node, entries.length ? `session pool: ${entries.map(([k, v]) => `${k} ${v}`).join(", ")}` : "");
-    show(node, entries.length > 0);
+  // The unlabelled gauges of /metrics this page shows; a daemon without one leaves it out.
+  const GAUGES = {
+    snowsource_ready: "ready",
+    snowsource_servicenow_concurrency_limit: "concurrency limit",
+    snowsource_servicenow_sessions_open: "sessions open",
+    snowsource_servicenow_requests_in_flight: "requests in flight",
+  };
+
+  function gauges(text) {
+    const found = {};
+    for (const line of (text || "").split("\n")) {
+      const m = /^([a-z_]+) (\S+)$/.exec(line);
+      if (m && m[1] in GAUGES) found[m[1]] = Number(m[2]);
+    }
+    return found;
+  }
+
+  function updateProcess(found) {
+    const ready = $("ready");
+    const known = "snowsource_ready" in found;
+    setText(ready, known ? (found.snowsource_ready === 1 ? "ready" : "not ready") : "");
+    ready.dataset.state = known ? (found.snowsource_ready === 1 ? "READY" : "NOT_READY") : "";
+    show(ready, known);
+    const pool = Object.keys(GAUGES)
+      .filter((name) => name !== "snowsource_ready" && name in found)
+      .map((name) => `${GAUGES[name]} ${found[name]}`);
+    setText($("pool"), pool.length ? `ServiceNow: ${pool.join(" · ")}` : "");
+    show($("pool"), pool.length > 0);
   }
 
   function updateButtons() {
@@ -417,13 +450,20 @@
     clearTimeout(state.timer);
     try {
       if (state.name === null) await discover();
-      const status = await api("GET", connectorPath("/status"));
+      const [status, metricsText] = await Promise.all([
+        api("GET", connectorPath("/status")),
+        api("GET", "metrics").catch((error) => {
+          if (error instanceof Unauthorised) throw error;
+          return ""; // the status alone still makes a page
+        }),
+      ]);
       show($("login"), false);
       show($("main"), true);
       show($("forget-token"), Boolean(token()));
       if (state.pollFailed) notice("", false);
       state.pollFailed = false;
       render(status, state.root);
+      updateProcess(gauges(metricsText));
     } catch (error) {
       if (error instanceof Unauthorised) {
         askToken(Boolean(token()));
