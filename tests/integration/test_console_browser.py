@@ -3,6 +3,7 @@ Playwright, against the emulator, a real daemon and the real broker."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,32 @@ async def test_every_table_is_listed_with_its_phase_and_api_text_stays_text(env:
         )
         assert overflow <= 0, f"the page is {overflow} px wider than a phone's window"
         await screenshot(page, "console-phone")
+        assert problems.messages == []
+
+
+async def test_a_live_backfill_shows_progress_eta_and_rows_per_second(env: Env) -> None:
+    aliases = ("incident", "change_request", "cmdb_ci")
+    env.emu.seed(tables=aliases, rows=6000)
+    env.emu.latency_ms = 200  # 60 pages a table: a backfill of several polls of the page
+    tables = {alias: {"name": alias} for alias in aliases}
+    settings = rest_settings(env, tables, **{"batch.size": 100})
+    async with running(settings) as daemon, system_chromium() as browser:
+        page, problems = await open_console(browser, rest_of(daemon).url)
+        incident = card(page, "incident")
+        await expect(incident.locator(".phase")).to_have_text("backfill")
+        await expect(incident.locator(".progress-text")).to_contain_text("ETA", timeout=20_000)
+        # Two rates (three polls) draw a line.
+        await expect(incident.locator(".line")).to_have_attribute("points", re.compile(r"\d+,\d"))
+        bar = incident.locator(".progress")
+        first = float(await bar.evaluate("node => node.value"))
+        rate = float(await incident.locator(".rate").inner_text())
+        if await incident.locator(".phase").inner_text() == "backfill":
+            await screenshot(page, "console-backfill")  # docs/img/console.png is one of these
+            assert 0 < first < 1
+            assert rate > 0
+        await expect(incident.locator(".phase")).to_have_text("stream", timeout=60_000)
+        await expect(incident.locator(".progress-text")).to_have_text("backfill done, streaming")
+        assert float(await bar.evaluate("node => node.value")) == 1
         assert problems.messages == []
 
 

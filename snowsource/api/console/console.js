@@ -162,7 +162,8 @@
       polyline.setAttribute("points", "");
       return;
     }
-    const top = Math.max(...values, 1);
+    // Headroom above the peak, so a steady rate is a line inside the box, not on its edge.
+    const top = Math.max(...values, 1) * 1.25;
     const step = 120 / (values.length - 1);
     const points = values.map((v, i) => `${(i * step).toFixed(1)},${(31 - (v / top) * 29).toFixed(1)}`);
     polyline.setAttribute("points", points.join(" "));
@@ -221,7 +222,7 @@
     let caption = done === null ? "progress unknown" : `${(done * 100).toFixed(1)} %`;
     if (table.phase === "stream") caption = "backfill done, streaming";
     const remaining = eta(entry, table);
-    if (remaining !== null) caption += ` · ETA ${human(remaining)}`;
+    if (remaining !== null) caption += remaining < 1 ? " · ETA < 1 s" : ` · ETA ${human(remaining)}`;
     setText(part(node, "progress-text"), caption);
     updateSlices(part(node, "slices"), table.slices);
 
@@ -232,13 +233,13 @@
     setText(part(node, "rows"), (table.rows_emitted || 0).toLocaleString("en"));
     setText(part(node, "offset"), offsetText(table.committed));
     drawChart(part(node, "line"), perSecond);
-    const minutes = Math.max(1, Math.round((now - entry.rows[0][0]) / 60000));
+    const span = human((now - entry.rows[0][0]) / 1000);
     const peak = perSecond.length ? Math.max(...perSecond) : null;
     setText(
       part(node, "chart-caption"),
       peak === null
         ? "rows/s: the chart fills as this page keeps polling"
-        : `rows/s over the last ${minutes} min (this page's samples) · peak ${peak.toFixed(1)}`,
+        : `rows/s over the last ${span} (this page's samples) · peak ${peak.toFixed(1)}`,
     );
     updateFailure(part(node, "failure"), table);
     updateRewindForm(node);
