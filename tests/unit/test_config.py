@@ -224,6 +224,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "host": "127.0.0.1",
         "port": 8083,
         "auth.token": None,
+        "console": True,
     }
     assert dumped["log"] == {"format": "auto", "level": "INFO"}
     assert cfg.snow.token_url == "https://acme.service-now.com/oauth_token.do"
