@@ -119,6 +119,14 @@ async def test_every_table_is_listed_with_its_phase_and_api_text_stays_text(env:
         assert await page.title() == "snowsource console"
         await screenshot(page, "console-desktop")
 
+        # A refresh updates the cards in place (no flicker): the same nodes are still there.
+        await page.locator("article.table").first.evaluate(
+            "node => { node.dataset.probe = 'kept' }"
+        )
+        shown = await page.locator("#refreshed").inner_text()
+        await expect(page.locator("#refreshed")).not_to_have_text(shown)
+        assert await page.locator("article.table[data-probe=kept]").count() == 1
+
         await page.set_viewport_size(PHONE)
         await expect(card(page, "incident").locator(".phase")).to_have_text("stream")
         overflow = await page.evaluate(

@@ -201,6 +201,8 @@
     entry.partition = table.partition;
     setText(part(node, "source"), table.table);
     setText(part(node, "topic"), table.topic);
+    // Group mode: the member that runs the table (its counters live there).
+    setText(part(node, "worker"), table.worker_id ? ` · on ${table.worker_id}` : "");
     const badge = part(node, "state");
     setText(badge, table.state);
     badge.dataset.state = table.state || "";
