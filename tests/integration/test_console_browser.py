@@ -180,6 +180,9 @@ async def test_stop_rewind_resume_through_the_page_writes_what_the_curl_recipe_w
         await expect(incident.locator(".rewind-button")).to_be_disabled()
 
         await page.click("#action-stop")
+        # The status says STOPPED while the final offsets are still being written; the notice
+        # comes with the 204, once they are.
+        await expect(page.locator("#notice")).to_have_text(re.compile("^stopped"))
         await expect(page.locator("#connector-state")).to_have_text("STOPPED")
         await expect(page.locator("#action-resume")).to_be_enabled()
         before = await offset_records(env)
@@ -203,6 +206,7 @@ async def test_stop_rewind_resume_through_the_page_writes_what_the_curl_recipe_w
         assert by_recipe == by_page  # the same key bytes, the same value bytes
 
         await page.click("#action-resume")
+        await expect(page.locator("#notice")).to_have_text(re.compile("^resumed"))
         await expect(page.locator("#connector-state")).to_have_text("RUNNING")
         await poll_until(caught_up(daemon, "incident", "change_request"))
         replayed = await new_records(env, "incident", before_inc)
@@ -223,7 +227,7 @@ async def test_a_refused_rewind_shows_the_validators_message(env: Env, http: Cli
         url = base_url(daemon)
         page, problems = await open_console(browser, rest_of(daemon).url)
         await page.click("#action-stop")
-        await expect(page.locator("#connector-state")).to_have_text("STOPPED")
+        await expect(page.locator("#notice")).to_have_text(re.compile("^stopped"))
         before = await offset_records(env)
 
         incident = card(page, "incident")

@@ -214,10 +214,21 @@
       entry.lags.push([now, table.lag_seconds]);
       trim(entry.lags, now, ETA_WINDOW_MS);
     }
+    updateProgress(entry, table);
+    updateSlices(part(node, "slices"), table.slices);
+    setText(part(node, "lag"), human(table.lag_seconds));
+    setText(part(node, "rows"), (table.rows_emitted || 0).toLocaleString("en"));
+    setText(part(node, "offset"), offsetText(table.committed));
+    updateChart(entry, now);
+    updateFailure(part(node, "failure"), table);
+    updateRewindForm(node);
+  }
+
+  function updateProgress(entry, table) {
     const done = progress(entry, table);
-    const bar = part(node, "progress");
+    const bar = part(entry.node, "progress");
     if (done === null) {
-      bar.removeAttribute("value");
+      bar.removeAttribute("value"); // an indeterminate bar
     } else {
       bar.value = done;
     }
@@ -225,26 +236,22 @@
     if (table.phase === "stream") caption = "backfill done, streaming";
     const remaining = eta(entry, table);
     if (remaining !== null) caption += remaining < 1 ? " · ETA < 1 s" : ` · ETA ${human(remaining)}`;
-    setText(part(node, "progress-text"), caption);
-    updateSlices(part(node, "slices"), table.slices);
+    setText(part(entry.node, "progress-text"), caption);
+  }
 
+  function updateChart(entry, now) {
     const perSecond = rates(entry.rows);
     const latest = perSecond.length ? perSecond[perSecond.length - 1] : null;
-    setText(part(node, "lag"), human(table.lag_seconds));
-    setText(part(node, "rate"), latest === null ? "–" : latest.toFixed(1));
-    setText(part(node, "rows"), (table.rows_emitted || 0).toLocaleString("en"));
-    setText(part(node, "offset"), offsetText(table.committed));
-    drawChart(part(node, "line"), perSecond);
+    setText(part(entry.node, "rate"), latest === null ? "–" : latest.toFixed(1));
+    drawChart(part(entry.node, "line"), perSecond);
     const span = human((now - entry.rows[0][0]) / 1000);
     const peak = perSecond.length ? Math.max(...perSecond) : null;
     setText(
-      part(node, "chart-caption"),
+      part(entry.node, "chart-caption"),
       peak === null
         ? "rows/s: the chart fills as this page keeps polling"
         : `rows/s over the last ${span} (this page's samples) · peak ${peak.toFixed(1)}`,
     );
-    updateFailure(part(node, "failure"), table);
-    updateRewindForm(node);
   }
 
   function updateSlices(node, slices) {
