@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import ClientSession
 
-from snowsource.api.rest import ALTERED_MESSAGE
+from snowsource.api.errors import ALTERED_MESSAGE
 from tests.integration.browser import PHONE, open_console, screenshot, system_chromium
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running
