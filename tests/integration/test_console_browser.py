@@ -277,6 +277,9 @@ async def test_with_a_token_the_page_asks_for_it_and_says_unauthorised_when_wron
         await page.fill("#token", "not-the-token")
         await page.click("#login-form button[type=submit]")
         await expect(page.locator("#login-message")).to_contain_text("unauthorised")
+        await screenshot(page, "console-unauthorised")
+        # A refused token is not kept for the next request.
+        assert await page.evaluate("sessionStorage.length") == 0
         await expect(page.locator("article.table")).to_have_count(0)
 
         await page.fill("#token", TOKEN)

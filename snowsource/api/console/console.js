@@ -294,6 +294,7 @@
     const badge = $("connector-state");
     setText(badge, connector.state);
     badge.dataset.state = connector.state || "";
+    show(badge, Boolean(connector.state));
     const meta = [connector.worker_id, root && root.version ? `v${root.version}` : null];
     setText($("connector-meta"), meta.filter(Boolean).join(" · "));
     updateButtons();
@@ -425,6 +426,9 @@
   // ------------------------------------------------------------------ auth and the loop
 
   function askToken(wrong) {
+    // A refused token is worth nothing: not kept, not sent again.
+    if (wrong) sessionStorage.removeItem(TOKEN_KEY);
+    state.name = null;
     show($("main"), false);
     show($("login"), true);
     const message = $("login-message");
@@ -496,7 +500,6 @@
     });
     $("forget-token").addEventListener("click", () => {
       sessionStorage.removeItem(TOKEN_KEY);
-      state.name = null;
       askToken(false);
     });
     for (const button of document.querySelectorAll("[data-action]")) {
