@@ -336,17 +336,30 @@
     return found;
   }
 
-  function updateProcess(found) {
+  // The session pool as /status reports it (SPEC §14.1), else its gauges from /metrics.
+  function poolText(servicenow, found) {
+    if (servicenow && typeof servicenow === "object") {
+      const s = servicenow;
+      const parts = [`concurrency limit ${s.concurrency_limit} of ${s.max_concurrent_requests}`];
+      parts.push(`sessions open ${s.sessions_open}`, `requests in flight ${s.requests_in_flight}`);
+      if (s.requests_waiting) parts.push(`waiting ${s.requests_waiting}`);
+      return `ServiceNow: ${parts.join(" · ")}`;
+    }
+    const pool = Object.keys(GAUGES)
+      .filter((name) => name !== "snowsource_ready" && name in found)
+      .map((name) => `${GAUGES[name]} ${found[name]}`);
+    return pool.length ? `ServiceNow: ${pool.join(" · ")}` : "";
+  }
+
+  function updateProcess(found, servicenow) {
     const ready = $("ready");
     const known = "snowsource_ready" in found;
     setText(ready, known ? (found.snowsource_ready === 1 ? "ready" : "not ready") : "");
     ready.dataset.state = known ? (found.snowsource_ready === 1 ? "READY" : "NOT_READY") : "";
     show(ready, known);
-    const pool = Object.keys(GAUGES)
-      .filter((name) => name !== "snowsource_ready" && name in found)
-      .map((name) => `${GAUGES[name]} ${found[name]}`);
-    setText($("pool"), pool.length ? `ServiceNow: ${pool.join(" · ")}` : "");
-    show($("pool"), pool.length > 0);
+    const pool = poolText(servicenow, found);
+    setText($("pool"), pool);
+    show($("pool"), Boolean(pool));
   }
 
   function updateButtons() {
@@ -477,7 +490,7 @@
       if (state.pollFailed) notice("", false);
       state.pollFailed = false;
       render(status, state.root);
-      updateProcess(gauges(metricsText));
+      updateProcess(gauges(metricsText), status.servicenow);
     } catch (error) {
       if (error instanceof Unauthorised) {
         askToken(Boolean(token()));
