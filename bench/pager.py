@@ -1,11 +1,16 @@
 """(a) A bare aiohttp pager: the least work any reader of the same pages must do.
 
     python -m bench.pager URL TABLE [TABLE ...] [--batch 1000] [--concurrency 8]
+        [--cookies none|one-session]
 
 Reads every table with the daemon's own keyset queries and parameters (one sequential pager
 per table, all tables at once, at most ``--concurrency`` requests in flight like
 ``max.concurrent.requests``), decodes each page with orjson and keeps nothing. Prints one JSON
 line: rows, wall seconds and this process's CPU seconds, from the first request to the last.
+
+``--cookies none`` (the default) keeps no cookie: every request opens a new session on an
+instance (the Go bridge's pattern). ``one-session`` keeps one cookie jar for every request, as a
+client with a default HTTP session does: an instance serves its requests one at a time.
 """
 
 from __future__ import annotations
@@ -59,12 +64,16 @@ async def read_table(
         position = Position(last["sys_updated_on"], last["sys_id"])
 
 
-async def run(url: str, tables: list[str], batch: int, concurrency: int) -> dict[str, float]:
+async def run(
+    url: str, tables: list[str], batch: int, concurrency: int, cookies: str = "none"
+) -> dict[str, float]:
     gate = asyncio.Semaphore(concurrency)
     hi = format_ts(datetime.now(UTC))
     auth = aiohttp.BasicAuth("admin", "admin")
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(auth=auth, connector=connector) as session:
+    # unsafe: keep cookies for an IP-address host too (the bench reaches 127.0.0.1).
+    jar = aiohttp.CookieJar(unsafe=True) if cookies == "one-session" else aiohttp.DummyCookieJar()
+    async with aiohttp.ClientSession(auth=auth, connector=connector, cookie_jar=jar) as session:
         wall, cpu = time.perf_counter(), time.process_time()
         readers = (read_table(session, url, t, batch=batch, gate=gate, hi=hi) for t in tables)
         counts = await asyncio.gather(*readers)
@@ -78,8 +87,9 @@ def main() -> None:
     parser.add_argument("tables", nargs="+")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--cookies", choices=("none", "one-session"), default="none")
     args = parser.parse_args()
-    result = asyncio.run(run(args.url, args.tables, args.batch, args.concurrency))
+    result = asyncio.run(run(args.url, args.tables, args.batch, args.concurrency, args.cookies))
     print(orjson.dumps(result).decode(), flush=True)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink
 from snowsource.core.table import TableSpec
 from snowsource.engine.group_owner import GroupOwner
@@ -47,6 +48,11 @@ class ConnectorControl(Protocol):
     @property
     def store(self) -> OffsetStore | None:
         """The daemon's offsets store, once open."""
+        ...
+
+    @property
+    def client(self) -> ServiceNowClient | None:
+        """The daemon's ServiceNow client, once open (``/status`` shows its session pool)."""
         ...
 
     @property

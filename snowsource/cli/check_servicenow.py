@@ -242,7 +242,34 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
             client, settings, login=login, user_row=user_row, user_note=user_note, probes=probes
         )
     )
+    results.append(_sessions_result(client))
     return results
+
+
+def _sessions_result(client: ServiceNowClient) -> CheckResult:
+    """What the session pool saw during the checks: sessions opened, the concurrency limit."""
+    pool = client.pool_status()
+    name = "ServiceNow sessions"
+    if pool is None:  # pragma: no cover - the checks ran on a started client
+        return CheckResult(name, Status.SKIP, "the client is closed")
+    detail = (
+        f"{pool.sessions_opened} session(s) opened by the instance for {pool.sessions_open} "
+        f"pool slot(s); concurrency limit {pool.limit} of {pool.max_concurrent_requests} "
+        f"(snow.http.max.concurrent.requests), {pool.requests_per_session} request(s) per "
+        f"session"
+    )
+    if pool.limit < pool.max_concurrent_requests:
+        return CheckResult(
+            name,
+            Status.WARN,
+            detail,
+            (
+                "the instance answered 429 without Retry-After: its nodes' API semaphores were "
+                "full; lower snow.http.max.concurrent.requests or ask the instance admin about "
+                "the API_INT semaphore (docs/operations.md#sessions-nodes-and-semaphores)",
+            ),
+        )
+    return CheckResult(name, Status.PASS, detail)
 
 
 def _table_params(table: TableConfig, *, with_query: bool) -> dict[str, str]:

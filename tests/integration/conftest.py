@@ -55,9 +55,9 @@ async def env(kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[Env]:
     # Engine tests meet an instance: sessions by JSESSIONID, two nodes with their semaphores
     # (SPEC §14.1), reached by a host name as users do (cookie jars treat IP addresses apart).
     emu.instance.configure(nodes=2)
-    async with serve(emu) as url:
+    async with serve(emu) as served:
         name = unique("conn")
-        url = by_host_name(url)
+        url = by_host_name(served)
         yield Env(emu, url, kafka_bootstrap, name, f"{name}-offsets", tmp_path)
 
 

@@ -50,7 +50,9 @@ async def served(emu: Emulator) -> AsyncIterator[str]:
 async def make_client(served: str) -> AsyncIterator[Factory]:
     async with AsyncExitStack() as stack:
 
-        async def make(auth: Auth = BASIC, *, host_name: bool = True, **kw: Any) -> ServiceNowClient:
+        async def make(
+            auth: Auth = BASIC, *, host_name: bool = True, **kw: Any
+        ) -> ServiceNowClient:
             url = by_host_name(served) if host_name else served
             return await stack.enter_async_context(ServiceNowClient(url, auth, **kw))
 
@@ -106,9 +108,7 @@ def oauth() -> OAuth2Auth:
     return OAuth2Auth("client_credentials", "snow-client", SecretStr("cl1ent-secret"))
 
 
-async def test_oauth2_token_renewals_keep_the_sessions(
-    emu: Emulator, make_client: Factory
-) -> None:
+async def test_oauth2_token_renewals_keep_the_sessions(emu: Emulator, make_client: Factory) -> None:
     # Tokens live 2 s and are renewed a second before: several renewals during the run.
     emu.add_oauth_client("snow-client", "cl1ent-secret", user="admin", access_lifetime=2)
     tokens: list[str] = []
@@ -242,9 +242,7 @@ async def test_a_2xx_that_is_not_a_page_is_retriable(
     assert len((await client.get_page("incident", PAGE)).rows) == 2
 
 
-async def test_close_is_idempotent_and_fails_waiting_requests(
-    emu: Emulator, served: str
-) -> None:
+async def test_close_is_idempotent_and_fails_waiting_requests(emu: Emulator, served: str) -> None:
     emu.latency_ms = 200
     client = ServiceNowClient(by_host_name(served), BASIC, max_concurrent_requests=1)
     await client.start()
