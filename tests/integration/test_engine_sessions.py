@@ -134,3 +134,38 @@ def non_pages(status: str) -> float:
         "snowsource_servicenow_non_page_responses_total", {"table": "incident", "status": status}
     )
     return value or 0.0
+
+
+async def test_saturated_nodes_lower_the_limit_without_a_hot_loop_and_it_recovers(
+    env: Env,
+) -> None:
+    env.emu.seed(tables=("incident",), rows=600)
+    rows = env.emu.rows("incident")
+    settings = env.settings({"incident": {"name": "incident", "batch.size": 10}})
+    async with running(settings) as daemon:
+        client = daemon.client
+        assert client is not None
+        # The nodes' semaphores are full for a while: every request is a 429 without Retry-After.
+        env.emu.faults.add(status=429, times=None, table="incident")
+        start = len(env.emu.journal)
+        await poll_until(lambda: sum(r.status == 429 for r in env.emu.journal[start:]) >= 4)
+        pool = client.pool_status()
+        assert pool is not None
+        assert pool.limit == 1  # 8 -> 4 -> 2 -> 1, and never below
+        saturated_from = env.emu.journal[start].wall
+        await poll_until(lambda: env.emu.journal[-1].wall - saturated_from >= 3.0, timeout=30)
+        env.emu.faults.clear()
+        refused = [r for r in env.emu.journal[start:] if r.status == 429]
+        span = refused[-1].wall - refused[0].wall
+        # Backoff between attempts (50 ms doubling to 500 ms here, full jitter): a few per
+        # second, where a hot loop would send hundreds.
+        assert len(refused) / max(span, 1.0) < 25, (len(refused), span)
+        pool = client.pool_status()
+        assert pool is not None
+        assert pool.limit == 1
+        await poll_until(caught_up(daemon, "incident"), timeout=60)
+        pool = client.pool_status()
+        assert pool is not None
+        assert pool.limit > 1  # 20 good answers per step back up
+    records = await read_topic(env.bootstrap, env.topic("incident"))
+    assert sorted(r.key.decode() for r in records if r.key) == sorted(r["sys_id"] for r in rows)
