@@ -154,7 +154,10 @@ async def snow_checks(settings: Settings) -> list[CheckResult]:
     client = snow_client(settings)
     try:
         async with client:
-            return await _snow_checks_with(client, settings)
+            results = await _snow_checks_with(client, settings)
+            if results[-1].name == _TIME_ZONE:  # every check ran: what the pool saw, last
+                results.append(_sessions_result(client))
+            return results
     except ConfigError as exc:  # an unusable CA bundle is only found when the client starts
         return [
             CheckResult(_REACHABLE, Status.FAIL, str(exc).replace("\n", " ")),
@@ -164,6 +167,7 @@ async def snow_checks(settings: Settings) -> list[CheckResult]:
 
 _REACHABLE: Final = "ServiceNow reachable"
 _CREDENTIALS: Final = "ServiceNow credentials accepted"
+_TIME_ZONE: Final = "integration user's time zone"
 
 
 def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list[CheckResult]:
@@ -176,7 +180,7 @@ def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list
         if table.fields:
             out.append(CheckResult(f"table {alias} fields exist", Status.SKIP, why))
         out += skipped_access(alias, table, why)
-    out.append(CheckResult("integration user's time zone", Status.SKIP, why))
+    out.append(CheckResult(_TIME_ZONE, Status.SKIP, why))
     return out
 
 
@@ -242,7 +246,6 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
             client, settings, login=login, user_row=user_row, user_note=user_note, probes=probes
         )
     )
-    results.append(_sessions_result(client))
     return results
 
 
@@ -454,7 +457,7 @@ async def _time_zone(
     user_note: str,
     probes: list[_TableProbe],
 ) -> CheckResult:
-    name = "integration user's time zone"
+    name = _TIME_ZONE
     who = f"user {login!r}" if login else "the integration user"
     zone = str(user_row.get("time_zone") or "") if user_row else ""
     if zone:
