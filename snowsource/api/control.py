@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink
 from snowsource.core.table import TableSpec
 from snowsource.engine.group_owner import GroupOwner
@@ -19,7 +18,19 @@ from snowsource.engine.poller import Poller
 from snowsource.engine.supervisor import ConnectorState
 from snowsource.runtime.deadline import Deadline
 
-__all__ = ["ConnectorControl"]
+__all__ = ["ConnectorControl", "SessionPoolSource"]
+
+
+class _PoolFigures(Protocol):
+    def as_dict(self) -> dict[str, int]: ...
+
+
+class SessionPoolSource(Protocol):
+    """What ``/status`` reads from the ServiceNow client: its session pool's figures."""
+
+    def pool_status(self) -> _PoolFigures | None:
+        """None before the client started and after it closed."""
+        ...
 
 
 class ConnectorControl(Protocol):
@@ -51,7 +62,7 @@ class ConnectorControl(Protocol):
         ...
 
     @property
-    def client(self) -> ServiceNowClient | None:
+    def client(self) -> SessionPoolSource | None:
         """The daemon's ServiceNow client, once open (``/status`` shows its session pool)."""
         ...
 
