@@ -83,6 +83,24 @@ async def test_eight_tables_backfill_in_parallel_over_at_most_k_plus_2_sessions(
         assert {r.key.decode() for r in records if r.key} == expected[c]
 
 
+async def test_two_requests_per_session_halve_the_sessions(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=1600)
+    env.emu.latency_ms = 40
+    env.emu.instance.configure(nodes=2, per_session=2)  # Yokohama
+    document = env.document(eight_tables())
+    document["snow"]["http"]["requests.per.session"] = 2
+    settings = settings_from(env.tmp_path, document)
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, *(f"inc{c}" for c in PREFIXES)), timeout=60)
+        pool = daemon.client.pool_status() if daemon.client is not None else None
+    stats = env.emu.instance.statistics()
+    assert pool is not None
+    assert pool.requests_per_session == 2
+    assert pool.sessions_open <= 4
+    assert stats["sessions_opened"] <= 4, stats  # type: ignore[operator]
+    assert stats["peak_in_flight"] >= 6, stats  # type: ignore[operator]
+
+
 async def test_non_pages_mid_backfill_are_retried_without_moving_the_cursor(env: Env) -> None:
     env.emu.seed(tables=("incident",), rows=300)
     rows = env.emu.rows("incident")

@@ -345,6 +345,18 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         "greater than 0",
     ),
     (
+        "per-session-high",
+        {("snow", "http", "requests.per.session"): 3},
+        "snow.http.requests.per.session",
+        "less than or equal to 2",
+    ),
+    (
+        "per-session-zero",
+        {("snow", "http", "requests.per.session"): 0},
+        "snow.http.requests.per.session",
+        "greater than or equal to 1",
+    ),
+    (
         "backoff",
         {("snow", "http", "retry.initial.backoff.ms"): 60000},
         "snow.http.retry.max.backoff.ms",
