@@ -49,7 +49,7 @@ async def test_eight_tables_backfill_in_parallel_over_at_most_k_plus_2_sessions(
     env: Env, auth: str
 ) -> None:
     env.emu.seed(tables=("incident",), rows=1600)
-    env.emu.latency_ms = 40
+    env.emu.latency_ms = 80
     if auth == "oauth2":
         # Tokens live 2 s and are renewed a second early: renewals happen during the backfill.
         env.emu.add_oauth_client("snow-client", "cl1ent-secret", user="admin", access_lifetime=2)
@@ -85,7 +85,7 @@ async def test_eight_tables_backfill_in_parallel_over_at_most_k_plus_2_sessions(
 
 async def test_two_requests_per_session_halve_the_sessions(env: Env) -> None:
     env.emu.seed(tables=("incident",), rows=1600)
-    env.emu.latency_ms = 40
+    env.emu.latency_ms = 80
     env.emu.instance.configure(nodes=2, per_session=2)  # Yokohama
     document = env.document(eight_tables())
     document["snow"]["http"]["requests.per.session"] = 2
