@@ -166,6 +166,19 @@ async def test_an_expired_session_is_replaced_with_a_new_jsessionid(
     assert emulator.instance.sessions_opened == 2
 
 
+async def test_a_session_unused_past_the_timeout_is_gone(emulator: Emulator, served: str) -> None:
+    emulator.instance.configure(nodes=1, session_timeout=0.0)
+    async with jar_session() as http:
+        _, _, first = await get(http, served + PAGE)
+        _, _, second = await get(http, served + PAGE)
+    assert second[SESSION_COOKIE] != first[SESSION_COOKIE]
+    emulator.instance.configure(nodes=1)  # the default: 30 minutes
+    async with jar_session() as http:
+        await get(http, served + PAGE)
+        _, _, kept = await get(http, served + PAGE)
+    assert kept == {}
+
+
 async def test_statistics_measure_served_time_and_reset(emulator: Emulator, served: str) -> None:
     emulator.instance.configure(nodes=2)
     emulator.latency_ms = 20

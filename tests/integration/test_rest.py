@@ -13,14 +13,14 @@ from aiohttp import ClientSession
 from structlog.testing import capture_logs
 
 from snowsource import __version__
-from snowsource.api.rest import (
+from snowsource.api.errors import (
     ALTERED_MESSAGE,
     MUST_BE_STOPPED_MESSAGE,
     NEED_OFFSETS_MESSAGE,
     RESET_MESSAGE,
-    RestServer,
 )
-from snowsource.config.settings import Settings
+from snowsource.api.server import RestServer
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
@@ -172,6 +172,13 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         assert table["cursor"] == {"timestamp": last["sys_updated_on"], "sys_id": last["sys_id"]}
         assert table["last_error"] is None
         assert isinstance(table["lag_seconds"], float)
+        # The session pool (SPEC §14.1), as the instance-modelling emulator answered it.
+        pool = state["servicenow"]
+        assert (pool["max_concurrent_requests"], pool["requests_per_session"]) == (8, 1)
+        assert pool["concurrency_limit"] == 8
+        assert 1 <= pool["sessions_open"] <= 8
+        assert 1 <= pool["sessions_opened"] <= env.emu.instance.statistics()["sessions_opened"]
+        assert 0 <= pool["requests_in_flight"] <= 8
 
         status, expanded = await call(
             http, "GET", f"{root}/connectors?expand=status&expand=info&expand=bogus"

@@ -11,17 +11,10 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from snowsource.config.settings import (
-    AuthType,
-    CompressionType,
-    LoadedConfig,
-    LogLevel,
-    SecurityProtocol,
-    Settings,
-    load_config,
-    redacted_dict,
-    resolve_config_path,
-)
+from snowsource.config.fields import AuthType, CompressionType, LogLevel, SecurityProtocol
+from snowsource.config.loader import LoadedConfig, load_config, resolve_config_path
+from snowsource.config.models import Settings
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -351,6 +344,18 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         {("snow", "http", "max.concurrent.requests"): 0},
         "snow.http.max.concurrent.requests",
         "greater than 0",
+    ),
+    (
+        "per-session-high",
+        {("snow", "http", "requests.per.session"): 3},
+        "snow.http.requests.per.session",
+        "less than or equal to 2",
+    ),
+    (
+        "per-session-zero",
+        {("snow", "http", "requests.per.session"): 0},
+        "snow.http.requests.per.session",
+        "greater than or equal to 1",
     ),
     (
         "backoff",

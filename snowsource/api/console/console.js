@@ -336,7 +336,7 @@
     return found;
   }
 
-  // The session pool as /status reports it (SPEC §14.1), else its gauges from /metrics.
+  // The ServiceNow session pool as /status reports it, else its gauges from /metrics.
   function poolText(servicenow, found) {
     if (servicenow && typeof servicenow === "object") {
       const s = servicenow;
