@@ -117,9 +117,10 @@ async def test_every_table_is_listed_with_its_phase_and_api_text_stays_text(env:
         await expect(page.locator("article.table")).to_have_count(4)
         await expect(page.locator("#connector-name")).to_have_text(env.name)
         await expect(page.locator("#connector-state")).to_have_text("RUNNING")
-        # From /metrics: the readiness gauge and the session pool's.
+        # Readiness from /metrics, the session pool from the status's servicenow section.
         await expect(page.locator("#ready")).to_have_text("ready")
-        await expect(page.locator("#pool")).to_contain_text("concurrency limit")
+        pool = re.compile(r"concurrency limit \d+ of \d+ · sessions open \d+")
+        await expect(page.locator("#pool")).to_contain_text(pool)
         for alias in ("incident", "change_request", XSS_ALIAS):
             await expect(card(page, alias).locator(".alias")).to_have_text(alias)
             await expect(card(page, alias).locator(".phase")).to_have_text("stream")
