@@ -177,6 +177,10 @@ class OffsetStore(AsyncResource):
         self._peak: dict[bytes, tuple[str, str]] = {}
         self._moved_back: dict[bytes, bool] = {}
         self._warned: set[bytes] = set()  # unparseable keys already reported
+        # Keys this process deleted (tombstoned) since it last began reading the topic. A Connect
+        # worker keeps listing such a partition, with a null offset, until its own view of the
+        # topic catches up with the tombstone: GET offsets right after DELETE shows them so.
+        self._deleted_since_load: set[bytes] = set()
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
         self._closed = False
@@ -309,6 +313,9 @@ class OffsetStore(AsyncResource):
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
+        # A load reads every tombstone written before it began: only those written while it
+        # read are still news to this store's view (GET lists them with a null offset).
+        self._deleted_since_load &= self._written_during_load
         self._written_ms = written
         for key in data:
             if key not in self._warned and parse_key(key) is None:
@@ -329,6 +336,10 @@ class OffsetStore(AsyncResource):
             if name == self.connector:
                 found.append(StoredEntry(key=key, partition=partition, value=value))
         return found
+
+    def deleted_since_load(self) -> frozenset[bytes]:
+        """Key bytes this process tombstoned since its last load and has not written since."""
+        return frozenset(self._deleted_since_load)
 
     def get(self, partition: SourcePartition) -> bytes | None:
         """The stored value under the canonical key, if any."""
@@ -382,7 +393,9 @@ class OffsetStore(AsyncResource):
         self._written_during_load.add(key)
         if value is None:
             self._data.pop(key, None)
+            self._deleted_since_load.add(key)
         else:
+            self._deleted_since_load.discard(key)
             self._data[key] = value
             self._track(key, value)
             self._written_ms[key] = stamp_ms if stamp_ms >= 0 else int(time.time() * 1000)
