@@ -1,6 +1,7 @@
 """The emulator in its own process, seeded for one benchmark case.
 
     python -m bench.emulator_proc --table incident=50000 [--table t01=2000 ...] [--latency-ms 200]
+        [--nodes 2] [--no-instance-model]
 
 ``incident`` is seeded by the emulator's own ``seed``; any other name becomes a table shaped
 like ``incident`` (a child of ``task`` with incident's columns) filled with incident-like rows.
@@ -8,6 +9,10 @@ Prints one JSON line ``{"url", "control", "seed_seconds", "index_seconds"}`` whe
 serves until stdin closes. ``GET <control>/stats`` answers the Table API request count, the
 page request count and this process's CPU seconds, so the driver can tell when the daemon's
 first request and first page arrived and how much CPU the emulator spent serving a run.
+
+The emulator models an instance (SPEC §14.1) unless ``--no-instance-model``: sessions by
+``JSESSIONID``, ``--nodes`` nodes with 4 API threads each; ``<url>/emulator/statistics`` has
+what it saw (sessions opened, requests in flight, served time).
 """
 
 from __future__ import annotations
@@ -76,10 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--table", action="append", default=[], help="NAME=ROWS")
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--no-instance-model", action="store_true")
     args = parser.parse_args()
     emu = Emulator(seed=3, now=datetime.now(UTC) - timedelta(seconds=5))
     emu.clock.follow_wall_clock(True)
     emu.latency_ms = args.latency_ms
+    emu.instance.configure(enabled=not args.no_instance_model, nodes=args.nodes)
     started = time.process_time()
     rng = random.Random(11)
     tables = []

@@ -35,6 +35,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
 from snowsource.core.retry import RetryPolicy
+from snowsource.observability import metrics
 from snowsource.runtime.aio import together
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -436,7 +437,9 @@ class OffsetStore(AsyncResource):
         """Write exact key bytes (used to tombstone a foreign spelling)."""
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
+        began = time.monotonic()
         metadata = await self._producer.send_and_wait(self.topic, value, key=key)
+        metrics.OFFSET_COMMIT_SECONDS.observe(time.monotonic() - began)
         self.written_elsewhere(key, value, metadata.timestamp)
 
     def written_elsewhere(self, key: bytes, value: bytes | None, stamp_ms: int = -1) -> None:

@@ -53,7 +53,10 @@ class HealthHandlers:
         self._ctx = ctx
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """``GET /metrics``."""
+        """``GET /metrics``; ``snowsource_ready`` is the readiness check run for this scrape,
+        so an alert on it needs no second probe of ``/health/ready``."""
+        _, problems = await self._readiness()
+        metrics.READY.set(0 if problems else 1)
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
@@ -63,6 +66,14 @@ class HealthHandlers:
 
     async def ready(self, request: web.Request) -> web.Response:
         """``GET /health/ready``: 200, or 503 naming what is missing."""
+        checks, problems = await self._readiness()
+        if problems:
+            message = redact("not ready: " + "; ".join(problems))
+            return error_response(503, message, status="not ready", checks=checks)
+        return json_response({"status": "ready", "message": "ready", "checks": checks})
+
+    async def _readiness(self) -> tuple[dict[str, object], list[str]]:
+        """The checks, and what is missing (nothing when ready)."""
         daemon = self._ctx.daemon
         unready_after = self._ctx.settings.health_unready_after_seconds
         store = daemon.offsets
@@ -96,7 +107,4 @@ class HealthHandlers:
                     f"every table has FAILED or has been failing for longer than "
                     f"health.unready.after.seconds ({unready_after:g} s): {why}"
                 )
-        if problems:
-            message = redact("not ready: " + "; ".join(problems))
-            return error_response(503, message, status="not ready", checks=checks)
-        return json_response({"status": "ready", "message": "ready", "checks": checks})
+        return checks, problems

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from snowsource.api import middleware
 from snowsource.api.actions import ConnectorActions
+from snowsource.api.console import Console
 from snowsource.api.context import WILDCARD_HOSTS, ApiContext
 from snowsource.api.health import HealthHandlers
 from snowsource.api.offsets import OffsetsHandlers
@@ -110,8 +111,13 @@ class RestServer(AsyncResource):
         return self._ctx.worker_id
 
     def _make_app(self) -> web.Application:
+        console = Console() if self._settings.rest.console else None
+        open_paths = middleware.OPEN_PATHS | (console.paths if console else frozenset())
         app = web.Application(
-            middlewares=[middleware.errors_middleware(), middleware.auth_middleware(self._token)]
+            middlewares=[
+                middleware.errors_middleware(),
+                middleware.auth_middleware(self._token, open_paths),
+            ]
         )
         views, actions, offsets, health = self._views, self._actions, self._offsets, self._health
         app.router.add_get("/", views.root)
@@ -128,4 +134,6 @@ class RestServer(AsyncResource):
         app.router.add_get("/metrics", health.metrics)
         app.router.add_get("/health/live", health.live)
         app.router.add_get("/health/ready", health.ready)
+        if console is not None:
+            console.add_routes(app)
         return app

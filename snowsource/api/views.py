@@ -146,13 +146,18 @@ class StatusViews:
             if state == ConnectorState.FAILED and trace:
                 task["trace"] = trace
             tasks.append(task)
-        return {
+        document: dict[str, object] = {
             "name": ctx.name,
             "connector": connector,
             "tasks": tasks,
             "type": "source",
             "tables": redact_value(tables),
         }
+        # The session pool of SPEC §14.1: concurrency limit, sessions, requests in flight.
+        pool = ctx.daemon.session_pool()
+        if pool is not None:
+            document["servicenow"] = dict(pool)
+        return document
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:
         daemon = self._ctx.daemon
@@ -192,6 +197,7 @@ class StatusViews:
         return {
             "table": spec.name,
             "topic": spec.topic,
+            "partition": spec.partition.as_dict(),
             "state": state.value,
             "phase": committed.get("phase") if committed else None,
             "cursor": {"timestamp": timestamp, "sys_id": sys_id} if committed else None,
@@ -215,6 +221,7 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
     return {
         "table": spec.name,
         "topic": spec.topic,
+        "partition": spec.partition.as_dict(),
         "state": status.state.value,
         "phase": status.phase,
         "cursor": {"timestamp": cursor.ts, "sys_id": cursor.id} if cursor else None,

@@ -109,6 +109,9 @@ class HttpConfig(Section):
     connect_timeout_ms: PositiveInt = 10000
     request_timeout_ms: PositiveInt = 60000
     max_concurrent_requests: PositiveInt = 8
+    # A real instance runs one transaction per session (two since Yokohama, SPEC §14.1): more
+    # would only queue on the instance, so the key stops at 2.
+    requests_per_session: int = Field(1, ge=1, le=2)
     retry_initial_backoff_ms: PositiveInt = 500
     retry_max_backoff_ms: PositiveInt = Field(30000, validate_default=True)
     # A body larger than this is a retriable error that halves the page size (64 MiB).
@@ -421,6 +424,9 @@ class RestConfig(Section):
     # 0 asks the OS for a free port (tests); anything else is the listening port.
     port: Annotated[int, Field(ge=0, le=65535)] = 8083
     auth_token: Secret | None = None
+    # The operator console (GET /console) is static and reads through the API's own calls, so
+    # it adds nothing an API client could not already do; off only hides the page.
+    console: bool = True
 
 
 class LogConfig(Section):

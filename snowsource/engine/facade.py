@@ -119,6 +119,11 @@ class EngineFacade(Protocol):
         """Worker ids of the other group members that still run tables (group mode)."""
         ...
 
+    def session_pool(self) -> Mapping[str, int] | None:
+        """The ServiceNow session pool now (SPEC §14.1: limit, sessions, in flight), or None
+        before the client opened and after it closed."""
+        ...
+
     async def kafka_reachable(self) -> bool:
         """True when Kafka answered at start and a broker answers the producer now."""
         ...

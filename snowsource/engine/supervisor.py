@@ -202,6 +202,11 @@ class Daemon:
         return self._opened.store if self._opened else None
 
     @property
+    def client(self) -> ServiceNowClient | None:
+        """The ServiceNow client, once open."""
+        return self._opened.client if self._opened else None
+
+    @property
     def sink(self) -> RecordSink | None:
         """The shared producer, once open."""
         return self._opened.sink if self._opened else None
@@ -218,6 +223,11 @@ class Daemon:
     def busy_workers(self) -> list[str]:
         """Worker ids of the other group members still running tables."""
         return self._mode.busy_workers()
+
+    def session_pool(self) -> dict[str, int] | None:
+        """The ServiceNow client's session pool figures, once open."""
+        pool = self._opened.client.pool_status() if self._opened else None
+        return pool.as_dict() if pool is not None else None
 
     async def kafka_reachable(self) -> bool:
         """Kafka answered at start, and a broker answers the producer now."""

@@ -82,6 +82,12 @@ def _sys_ids(url: str, table: str, authorization: str) -> set[str]:
         return {row["sys_id"] for row in json.load(response)["result"]}
 
 
+def _console_policy(url: str) -> str:
+    """GET one console asset (200 or an error); its Content-Security-Policy header."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.headers["Content-Security-Policy"])
+
+
 @pytest.fixture
 def emulator() -> Iterator[Emulator]:
     """``snowsource emulator`` as a process on the host, with a password nobody else knows."""
@@ -298,6 +304,12 @@ async def test_check_and_run_in_the_image_deliver_rows_and_sigterm_exits_0(
             return done.returncode == 0
 
         await poll_until(lambda: asyncio.to_thread(healthy), timeout=60, interval=1)
+        # The console's files are package data: the image must carry them.
+        for asset in ("/console", "/console/console.js", "/console/console.css"):
+            policy = await asyncio.to_thread(
+                _console_policy, f"http://127.0.0.1:{rest_port}{asset}"
+            )
+            assert "default-src 'self'" in policy, asset
 
         started = time.monotonic()
         code = await asyncio.to_thread(running.stop, SHUTDOWN_SECONDS + 20)

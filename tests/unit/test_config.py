@@ -173,6 +173,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "connect.timeout.ms": 10000,
         "request.timeout.ms": 60000,
         "max.concurrent.requests": 8,
+        "requests.per.session": 1,
         "retry.initial.backoff.ms": 500,
         "retry.max.backoff.ms": 30000,
         "max.response.bytes": 67108864,
@@ -222,6 +223,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "host": "127.0.0.1",
         "port": 8083,
         "auth.token": None,
+        "console": True,
     }
     assert dumped["log"] == {"format": "auto", "level": "INFO"}
     assert cfg.snow.token_url == "https://acme.service-now.com/oauth_token.do"
@@ -348,6 +350,18 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         {("snow", "http", "max.concurrent.requests"): 0},
         "snow.http.max.concurrent.requests",
         "greater than 0",
+    ),
+    (
+        "per-session-high",
+        {("snow", "http", "requests.per.session"): 3},
+        "snow.http.requests.per.session",
+        "less than or equal to 2",
+    ),
+    (
+        "per-session-zero",
+        {("snow", "http", "requests.per.session"): 0},
+        "snow.http.requests.per.session",
+        "greater than or equal to 1",
     ),
     (
         "backoff",
