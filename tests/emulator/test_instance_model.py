@@ -209,3 +209,20 @@ async def _until(condition: object, timeout: float = 5.0) -> None:
     while not condition():
         assert loop.time() < end, "condition never held"
         await asyncio.sleep(0.005)
+
+
+async def test_a_reset_mid_request_counts_only_the_time_after_it(
+    emulator: Emulator, served: str
+) -> None:
+    emulator.instance.configure(nodes=1)
+    emulator.faults.add(kind="slow", delay=0.6)
+    async with jar_session() as http:
+        slow = asyncio.create_task(get(http, served + PAGE))
+        await _until(lambda: emulator.instance.in_flight == 1)
+        emulator.instance.reset_statistics()
+        assert emulator.instance.statistics()["in_flight"] == 1
+        await slow
+    stats = emulator.instance.statistics()
+    assert stats["in_flight"] == 0
+    assert stats["served"] == 1
+    assert 0 < stats["served_seconds"] <= stats["window_seconds"] + 1e-6  # type: ignore[operator]
