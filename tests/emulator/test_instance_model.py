@@ -189,10 +189,12 @@ async def test_statistics_measure_served_time_and_reset(emulator: Emulator, serv
         assert stats["served_seconds"] >= 0.04  # type: ignore[operator]
         assert stats["window_seconds"] > 0  # type: ignore[operator]
         async with a.delete(f"{served}/emulator/statistics") as resp:
-            reset = await resp.json()
-    assert reset["served"] == 0
-    assert reset["sessions_opened"] == 0
-    assert reset["sessions_live"] == 2  # resetting counts keeps the sessions
+            until_reset = await resp.json()
+        after = await statistics(a, served)
+    assert until_reset["served"] == 2  # the DELETE answers what was counted up to it
+    assert until_reset["sessions_opened"] == 2
+    assert (after["served"], after["sessions_opened"]) == (0, 0)
+    assert after["sessions_live"] == 2  # resetting counts keeps the sessions
 
 
 def test_configure_refuses_impossible_settings(emulator: Emulator) -> None:
