@@ -20,7 +20,6 @@ acknowledged prefix is: the caller commits up to there and no further.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -51,11 +50,6 @@ from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
-
-#: Test hook, inert unless set: each page reaches the producer this many milliseconds after it
-#: was handed over, as over a slow link to Kafka, so a test can kill the process while a page is
-#: verifiably unacknowledged (docs/operations.md, "Test hooks"). Read when the sink is built.
-HANDOVER_DELAY_ENV = "SNOWSOURCE_TEST_HANDOVER_DELAY_MS"
 
 _FATAL = (
     MessageSizeTooLargeError,
@@ -116,7 +110,6 @@ class RecordSink(AsyncResource):
         )
         self._started = False
         self._closed = False
-        self._handover_delay = int(os.environ.get(HANDOVER_DELAY_ENV) or 0) / 1000
 
     async def start(self) -> None:
         """Connect the producer."""
@@ -174,15 +167,7 @@ class RecordSink(AsyncResource):
         reported in the :class:`PageAck`.
         """
         common: Headers = list(headers or ())
-        if self._handover_delay:
-            return asyncio.ensure_future(self._send_later(topic, records, common))
         return await self._send_now(topic, records, common)
-
-    async def _send_later(
-        self, topic: str, records: Sequence[PageRecordLike], common: Headers
-    ) -> PageAck:
-        await asyncio.sleep(self._handover_delay)
-        return await (await self._send_now(topic, records, common))
 
     async def _send_now(
         self, topic: str, records: Sequence[PageRecordLike], common: Headers

@@ -26,8 +26,8 @@ after it stopped them (its closing flag), so a resume racing SIGTERM starts noth
 Each concept lives in its own module:
 
 * ``api.server`` — ``RestServer``: the aiohttp application, its routes and lifecycle;
-* ``api.control`` — ``ConnectorControl``, the protocol the supervisor satisfies (the engine does
-  not know the API; ``snowsource.cli.run`` composes the two);
+* ``engine.facade`` — ``EngineFacade``, the plain-data view of the engine the API talks to
+  (the engine does not know the API; ``snowsource.cli.run`` composes the two);
 * ``api.middleware`` — bearer authentication, errors in Connect's shape, read-time bounds;
 * ``api.errors`` — ``RestError`` and Connect's own message texts;
 * ``api.context`` — what the handlers share, and the guards every action obeys;

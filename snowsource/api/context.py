@@ -14,11 +14,11 @@ from typing import Final
 
 from aiohttp import web
 
-from snowsource.api.control import ConnectorControl
 from snowsource.api.errors import NOT_FOUND_MESSAGE, SHUTTING_DOWN, RestError
 from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableStatus
+from snowsource.engine.facade import EngineFacade
 from snowsource.engine.wiring import connector_specs, table_owners
 from snowsource.runtime.aio import done_before
 
@@ -30,7 +30,7 @@ WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - recogni
 class ApiContext:
     """The state one REST server's handlers share."""
 
-    def __init__(self, control: ConnectorControl, settings: Settings) -> None:
+    def __init__(self, control: EngineFacade, settings: Settings) -> None:
         self.daemon = control
         self.settings = settings
         self.name = settings.name

@@ -12,11 +12,11 @@ from aiohttp import web
 from snowsource.api import middleware
 from snowsource.api.actions import ConnectorActions
 from snowsource.api.context import WILDCARD_HOSTS, ApiContext
-from snowsource.api.control import ConnectorControl
 from snowsource.api.health import HealthHandlers
 from snowsource.api.offsets import OffsetsHandlers
 from snowsource.api.views import StatusViews
 from snowsource.config.models import Settings
+from snowsource.engine.facade import EngineFacade
 from snowsource.observability.redact import register_secret
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -33,7 +33,7 @@ class RestServer(AsyncResource):
     started (``rest.port: 0`` binds a free port).
     """
 
-    def __init__(self, control: ConnectorControl, settings: Settings) -> None:
+    def __init__(self, control: EngineFacade, settings: Settings) -> None:
         self._settings = settings
         token = settings.rest.auth_token
         self._token = token.get_secret_value().encode() if token is not None else None
@@ -80,7 +80,6 @@ class RestServer(AsyncResource):
             return
         self._closed = True
         self._ctx.closing.set()
-        await self._health.close()
         if self._runner is not None:
             try:
                 async with (deadline or Deadline.never()).limit():

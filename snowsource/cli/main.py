@@ -9,12 +9,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
 from snowsource import __version__
 from snowsource.core.errors import ConfigError, FencedError, SnowsourceError
+
+if TYPE_CHECKING:
+    from snowsource.config.models import Settings
+    from snowsource.engine.wiring import Adapters
+
+    AdaptersFactory = Callable[[Settings], Adapters]
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -114,9 +121,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(
-    config_path: str | None, log_level: str | None = None, *, allow_full_replay: bool = False
+    config_path: str | None,
+    log_level: str | None = None,
+    *,
+    allow_full_replay: bool = False,
+    adapters: AdaptersFactory | None = None,
 ) -> int:
-    """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
+    """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``;
+    ``adapters`` builds the daemon's adapters (by default ``engine.wiring.Adapters``)."""
     from snowsource.cli.run import run_until_signal
     from snowsource.config.loader import load_config
     from snowsource.observability.logs import configure_logging
@@ -127,7 +139,9 @@ def cmd_run(
     for warning in loaded.warnings:
         structlog.get_logger("snowsource.config.settings").warning(warning)
     try:
-        return asyncio.run(run_until_signal(settings, allow_full_replay=allow_full_replay))
+        return asyncio.run(
+            run_until_signal(settings, allow_full_replay=allow_full_replay, adapters=adapters)
+        )
     except FencedError as exc:
         structlog.get_logger("snowsource").error("fenced", error=str(exc))
         return EXIT_RUNTIME

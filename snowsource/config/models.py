@@ -319,6 +319,30 @@ class SnowConfig(Section):
         return self.auth.oauth_token_url or f"{self.url}/oauth_token.do"
 
 
+class Backoff(Section):
+    """One retry policy's knobs: full-jitter backoff from the initial delay, doubling up to the
+    maximum (milliseconds)."""
+
+    initial_backoff_ms: PositiveInt = 500
+    max_backoff_ms: PositiveInt = Field(30000, validate_default=True)
+
+    @field_validator("max_backoff_ms")
+    @classmethod
+    def _max_not_below_initial(cls, value: int, info: ValidationInfo) -> int:
+        initial = info.data.get("initial_backoff_ms")
+        if initial is not None and value < initial:
+            raise ValueError(f"must be >= initial.backoff.ms ({initial})")
+        return value
+
+
+class KafkaRetryConfig(Section):
+    """``kafka.retry``: how retriable Kafka errors are retried, one policy per kind of work."""
+
+    offsets: Backoff = Field(default_factory=Backoff)  # offset writes to the offsets topic
+    transactions: Backoff = Field(default_factory=Backoff)  # exactly.once transactions
+    tail: Backoff = Field(default_factory=Backoff)  # reading output topics back at a restart
+
+
 class KafkaConfig(Section):
     """``kafka``: the producer and admin client connection."""
 
@@ -346,6 +370,7 @@ class KafkaConfig(Section):
     linger_ms: NonNegativeInt = 5
     max_request_size: PositiveInt = 1048576
     startup_timeout_seconds: PositiveFloat = 60.0
+    retry: KafkaRetryConfig = Field(default_factory=KafkaRetryConfig)
 
     @model_validator(mode="after")
     def _codec_installed(self) -> KafkaConfig:

@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from snowsource.core.errors import ConnectorImportError
+from snowsource.core.secret_text import mask
 
 Dialect = Literal["java", "confluent"]
 
@@ -297,27 +298,8 @@ def _java(config: Mapping[str, Any], builder: _Builder) -> None:
                 "[a-z0-9_]); its topic is kept"
             )
     for key, raw in config.items():
-        if key == "snow.tables":
-            continue
-        if key in _JAVA_TOP_KEYS:
-            target, convert = _JAVA_TOP_KEYS[key]
-            builder.convert(key, raw, convert, target)
-        elif key.startswith("snow.auth."):
-            option = key[len("snow.auth.") :]
-            if option in _AUTH_KEYS:
-                builder.convert(key, raw, _AUTH_KEYS[option], ["snow", "auth", option])
-            else:
-                builder.skip(key, f"unknown auth option (known: {', '.join(_AUTH_KEYS)})")
-        elif key.startswith("snow.http."):
-            option = key[len("snow.http.") :]
-            if option in _HTTP_KEYS:
-                builder.convert(key, raw, _HTTP_KEYS[option], ["snow", "http", option])
-            else:
-                builder.skip(key, "unknown HTTP option")
-        elif key.startswith("snow.table."):
-            _java_table_key(key, raw, renamed, builder)
-        elif not builder.framework(key) and not builder.topic_creation(key, raw):
-            builder.skip(key, "no snowsource equivalent")
+        if key != "snow.tables":
+            _java_key(key, raw, renamed, builder)
     tables = builder.result.document.get("snow", {}).get("tables", {})
     for original, alias in renamed.items():
         if "name" not in tables.get(alias, {}):
@@ -329,6 +311,29 @@ def _java(config: Mapping[str, Any], builder: _Builder) -> None:
             )
     if not aliases:
         builder.skip("snow.tables", "missing: list the table aliases, comma-separated")
+
+
+def _java_key(key: str, raw: Any, renamed: Mapping[str, str], builder: _Builder) -> None:
+    """One key of the Java connector's configuration (other than ``snow.tables``)."""
+    if key in _JAVA_TOP_KEYS:
+        target, convert = _JAVA_TOP_KEYS[key]
+        builder.convert(key, raw, convert, target)
+    elif key.startswith("snow.auth."):
+        option = key[len("snow.auth.") :]
+        if option in _AUTH_KEYS:
+            builder.convert(key, raw, _AUTH_KEYS[option], ["snow", "auth", option])
+        else:
+            builder.skip(key, f"unknown auth option (known: {', '.join(_AUTH_KEYS)})")
+    elif key.startswith("snow.http."):
+        option = key[len("snow.http.") :]
+        if option in _HTTP_KEYS:
+            builder.convert(key, raw, _HTTP_KEYS[option], ["snow", "http", option])
+        else:
+            builder.skip(key, "unknown HTTP option")
+    elif key.startswith("snow.table."):
+        _java_table_key(key, raw, renamed, builder)
+    elif not builder.framework(key) and not builder.topic_creation(key, raw):
+        builder.skip(key, "no snowsource equivalent")
 
 
 def _java_table_key(key: str, raw: Any, renamed: Mapping[str, str], builder: _Builder) -> None:
@@ -443,10 +448,12 @@ def _render(node: Mapping[str, Any], indent: int, out: list[str]) -> None:
             out.append(f"{pad}{name}: {_scalar(value)}")
 
 
-def _comment_value(key: str, value: Any) -> str:
+def _comment_value(key: str, value: Any, secrets: list[str]) -> str:
     if _secret_key(key):
         return "<secret>"
     text = _text(value) if not isinstance(value, dict | list) else "<structured value>"
+    # Masked before it is cut, so no part of a secret pasted into this key is shown.
+    text = mask(text, secrets)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -466,11 +473,14 @@ def render_yaml(imported: Imported, source: Mapping[str, Any], origin: str) -> s
         )
     out = [f"# snowsource configuration imported from {origin} ({dialect} config)."]
     out.append(f"# {hint} See docs/migration.md.")
-    out += [f"# Note: {note}" for note in imported.notes]
+    # The secrets of the source: one pasted into another key must not reach a comment either.
+    secrets = [v for k, v in source.items() if _secret_key(k) and isinstance(v, str)]
+    out += [mask(f"# Note: {note}", secrets) for note in imported.notes]
     if imported.unmapped:
         out.append("# Keys that could not be mapped:")
-        for key, reason in imported.unmapped:
-            value = _comment_value(key, source.get(key, ""))
+        for key, raw_reason in imported.unmapped:
+            value = _comment_value(key, source.get(key, ""), secrets)
+            reason = mask(raw_reason, secrets)
             out.append(f"#   {key} = {value}  ({reason})" if value else f"#   {key}  ({reason})")
     _render(imported.document, 0, out)
     # A connector config does not say which cluster or offsets topic its worker used.

@@ -35,6 +35,7 @@ from snowsource.core.offsets_codec import (
     StoredEntry,
     encode_key,
     java_hashmap_order,
+    parse_key,
     validate_offset,
 )
 
@@ -264,14 +265,32 @@ def rest_listing(listed: Iterable[ListedOffset]) -> dict[str, list[dict[str, obj
 
 
 def connect_listing(
-    connector: str, entries: Iterable[StoredEntry], tables: Sequence[ConfiguredTable]
+    connector: str,
+    entries: Iterable[StoredEntry],
+    tables: Sequence[ConfiguredTable],
+    *,
+    deleted: Iterable[bytes] = (),
 ) -> dict[str, list[dict[str, object]]]:
     """``rest_listing(list_offsets(...))``: the Connect REST shape of what is stored.
 
-    Unlike a Connect worker, a partition stored only under a foreign key spelling shows the
-    offset the daemon would use rather than ``null``.
+    ``deleted``: key bytes of partitions the caller itself deleted since it last read the
+    topic. Each one without a live value in ``entries`` is listed with ``"offset": null``, as a
+    Connect worker lists the partitions it still knows once their offsets read back null (GET
+    right after DELETE). Unlike a Connect worker, a partition stored only under a foreign key
+    spelling shows the offset the daemon would use rather than ``null``.
     """
-    return rest_listing(list_offsets(connector, entries, tables))
+    entries = list(entries)
+    listing = rest_listing(list_offsets(connector, entries, tables))
+    live = {_identity(connector, entry) for entry in entries}
+    for key in sorted(deleted):
+        parsed = parse_key(key)
+        if parsed is None or parsed[0] != connector:
+            continue
+        identity = _identity(connector, StoredEntry(key=key, partition=parsed[1], value=b""))
+        if identity not in live:
+            live.add(identity)
+            listing["offsets"].append({"partition": _canonical_map(parsed[1]), "offset": None})
+    return listing
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,7 +302,12 @@ def _reasons(exc: OffsetError) -> str:
 
 
 def _describe(partition: Mapping[str, object]) -> str:
-    return orjson.dumps(dict(partition)).decode()
+    try:
+        return orjson.dumps(dict(partition)).decode()
+    except TypeError:
+        # A value JSON cannot carry (an integer past 64 bits): only a Python caller passes one,
+        # and it still deserves an OffsetError naming the partition, not a crash.
+        return repr(dict(partition))
 
 
 def validate_change(

@@ -17,7 +17,7 @@ by remembering them.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,13 +173,15 @@ def plan_page(
     late_floor: Position,
     dedup: DedupCache,
     keep_from: str | None = None,
+    skip: Collection[str] = frozenset(),
 ) -> PagePlan:
     """Decide every row of a page (positions from :func:`page_positions`).
 
     ``dedup`` remembers each emitted row from ``keep_from`` on (all of them when ``None``).
     ``late_floor`` is where this incarnation's cursor started: rows below it may have been
     emitted before a restart (the cache started empty), so only rows between it and ``cursor``
-    are told apart as late commits.
+    are told apart as late commits. Rows whose id is in ``skip`` are left out like
+    suppressed repeats (the stream's hooks said not to emit them).
     """
     plan = PagePlan(phase=phase, fingerprint=spec.partition.query_fingerprint)
     if positions:
@@ -192,6 +194,9 @@ def plan_page(
     known = dedup.contains
     for row, key in zip(rows, positions, strict=True):
         ts, ident = key
+        if ident in skip:
+            plan.suppressed += 1
+            continue
         value = value_bytes(row)
         if keep_from is not None and ts < keep_from and not known(ident):
             # Outside the re-read window and never emitted in this incarnation: it is new.

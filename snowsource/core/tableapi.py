@@ -9,10 +9,12 @@ delete stream's from ``core/deletes``), so the scope of a request cannot be buil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from snowsource.core.cursor import Position, page_query
+from snowsource.core.query import split_groups
 from snowsource.core.records import RAW_FIELDS_EXTRA
 from snowsource.core.table import TableSpec
 
@@ -107,6 +109,19 @@ def sample_params(spec: TableSpec, *, display: bool = False) -> dict[str, str]:
     return _one_row(spec, None, with_query=False)
 
 
+def schema_params(query: str, fields: tuple[str, ...], limit: int) -> dict[str, str]:
+    """A read of the schema tables (``sys_db_object``, ``sys_dictionary``) for typed records:
+    the same for the daemon and ``check``, which both go through ``dictionary_reader``."""
+    return {
+        "sysparm_query": query,
+        "sysparm_fields": ",".join(fields),
+        "sysparm_limit": str(limit),
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+
+
 def user_params(user_name: str) -> dict[str, str]:
     """The integration user's own ``sys_user`` row: its time zone."""
     return {
@@ -137,5 +152,26 @@ def _one_row(
         params["sysparm_fields"] = fields
     if with_query and spec.normalised_query:
         params["sysparm_query"] = spec.normalised_query
+    params.update(scope_params(spec.query_domain, spec.query_category))
+    return params
+
+
+def current_rows_params(spec: TableSpec, ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` that are rows of the table now, under its base query: id and cursor
+    timestamp only. The delete stream asks before it tombstones a row that may have been
+    re-created with the same id (``core.deletes.superseded``)."""
+    wanted = f"{spec.id_field}IN{','.join(ids)}"
+    groups = split_groups(spec.normalised_query)
+    # Every ^NQ group is its own AND-group: the id condition must bind to each of them.
+    query = "^NQ".join(f"{group}^{wanted}" if group else wanted for group in groups)
+    params = {
+        "sysparm_query": query,
+        "sysparm_fields": f"{spec.id_field},{spec.timestamp_field}",
+        "sysparm_limit": str(len(ids)),
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
     params.update(scope_params(spec.query_domain, spec.query_category))
     return params

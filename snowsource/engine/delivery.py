@@ -155,6 +155,8 @@ class PageDelivery:
         Never raises for a Kafka error: the :class:`PageAck` says how long the acknowledged
         prefix is and why the record after it was not acknowledged.
         """
+        if self._stop.revoked():
+            return None  # another member may own the table now: this page is stale
         records = self.records(plan)
         self._pending_records = len(records)
         pending = await self._sink.send_page(self._topic, records, headers=self._headers)

@@ -20,9 +20,8 @@ __all__ = ["Generation", "stop_generation"]
 
 log = structlog.get_logger("snowsource.engine.generation")
 
-# The end of the deadline kept for the pollers still draining to unwind once cancelled, before
-# they are abandoned (cancellation is prompt unless a library swallows it): a tenth of the
-# time left, at most this much. The drains get the rest.
+# Once the deadline passed and the pollers were cancelled, how long we still wait for them to
+# unwind before abandoning them (cancellation is prompt unless a library swallows it).
 CANCEL_GRACE_SECONDS = 1.0
 
 
@@ -38,15 +37,13 @@ class Generation:
 async def stop_generation(generation: Generation, deadline: Deadline) -> list[str]:
     """Stop ``generation`` within ``deadline`` (drain acks, write final offsets, cancel what
     is left at the deadline); one problem per table whose final offset is unwritten."""
-    grace = min(deadline.remaining() / 10, CANCEL_GRACE_SECONDS)
-    drains = deadline.sooner(grace)
-    generation.stop.request(drains)
+    generation.stop.request(deadline)
     task = generation.task
-    await asyncio.wait({task}, timeout=_timeout(drains))
+    await asyncio.wait({task}, timeout=deadline.remaining())
     if not task.done():
         log.warning("shutdown deadline passed; cancelling the pollers still draining")
         task.cancel()
-        await asyncio.wait({task}, timeout=_timeout(deadline))
+        await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
     problems: list[str] = []
     for alias, poller in generation.pollers.items():
         status = poller.status
@@ -59,7 +56,3 @@ async def stop_generation(generation: Generation, deadline: Deadline) -> list[st
             )
             log.warning("poller abandoned at the deadline", table=alias)
     return problems
-
-
-def _timeout(deadline: Deadline) -> float | None:
-    return deadline.remaining() if deadline.bounded else None

@@ -29,7 +29,7 @@ from snowsource.core.cursor import Position, high_water_mark, next_sweep_start, 
 from snowsource.core.errors import KafkaSinkError
 from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page
-from snowsource.core.retry import RetryPolicy
+from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine import failures
@@ -66,6 +66,7 @@ class Poller:
         clock: InstanceClock,
         retry: RetryPolicy,
         stop: StopSignal,
+        kafka_retry: KafkaRetries | None = None,
         hooks: StreamHooks | None = None,
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
@@ -78,7 +79,10 @@ class Poller:
         )
         self._recorder = TableRecorder(spec.alias, self.status, self._log)
         self._failures = FailureTracker(self.status, spec.alias)
-        self._writer = OffsetWriter(store, retry, table=spec.alias, failures=self._failures)
+        # ServiceNow requests and restarts retry by ``retry``; Kafka work by its own policies.
+        self._kafka_retry = kafka_retry or KafkaRetries(retry, retry, retry)
+        offsets_retry = self._kafka_retry.offsets
+        self._writer = OffsetWriter(store, offsets_retry, table=spec.alias, failures=self._failures)
         self._store, self._tail, self._pages = store, tail, pages
         self._clock, self._retry, self._stop = clock, retry, stop
         # What differs between a table's stream and its delete stream: shaping, HI cap.
@@ -150,7 +154,7 @@ class Poller:
             written_ms=self._store.written_at(spec.partition),
             moved_back=self._store.moved_back(spec.partition),
             stop=stop.event,
-            retry=self._retry,
+            retry=self._kafka_retry.tail,
             required=self._delivery.exactly_once,
             log=self._log,
         )
@@ -224,7 +228,7 @@ class Poller:
     ) -> tuple[PagePlan, str]:
         """What to emit of a page; the next page is asked for as soon as its start is known."""
         spec, hooks, rows, hi = self.spec, self._hooks, page.rows, stream.span.hi
-        await hooks.prepare(rows)
+        skip = await hooks.prepare(rows)
         positions = page_positions(
             spec, hooks.shaper, rows, after=page.after, hi=hi, previous=page.previous
         )
@@ -244,6 +248,7 @@ class Poller:
             late_floor=gen.late_floor,
             dedup=gen.dedup,
             keep_from=keep_from,
+            skip=skip,
         )
         return plan, keep_from
 

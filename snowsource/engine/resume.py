@@ -29,7 +29,7 @@ from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.topic_tail import TailResult
 from snowsource.core.cursor import Position, first_sweep_start
 from snowsource.core.dedup import DedupCache
-from snowsource.core.errors import KafkaSinkError, OffsetError
+from snowsource.core.errors import KafkaSinkError, OffsetError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_value, validate_offset
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
@@ -184,7 +184,8 @@ async def rebuild_dedup(
     re-emits, which is what was asked for). Transient Kafka errors are retried until ``stop``.
     A read Kafka refuses (no Read ACL on the output topic) is a WARN in at-least-once mode
     (the overlap window may come once more, as in release 0.1) and, when ``required``
-    (exactly-once, whose promise depends on it), fails the table.
+    (exactly-once, whose promise depends on it), fails the table; so does, when ``required``,
+    a rebuild the scan cap cut short.
     """
     if tail is None or committed is None or cache.max_entries == 0:
         return
@@ -196,6 +197,8 @@ async def rebuild_dedup(
     )
     if result is None:
         return
+    if required and not result.complete:
+        raise _incomplete(spec, result, cache.max_entries)
     beyond = not moved_back and _beyond_cursor_is_emitted(result, cursor, written_ms)
     before = cache.evictions_by_cap
     skipped = 0
@@ -275,6 +278,17 @@ async def _read_back(
             error=repr(exc),
         )
     return None
+
+
+def _incomplete(spec: TableSpec, result: TailResult, max_entries: int) -> TableFailedError:
+    # Exactly-once promises no second copy: a partial cache would break it silently.
+    return TableFailedError(
+        f"{spec.describe}: its dedup cache could not be rebuilt: the tail of output topic "
+        f"{spec.topic!r} holds more than {result.scanned} records to read back (the cap is "
+        f"{SCAN_PER_ENTRY} per dedup.max.entries, {max_entries}), so exactly.once could emit "
+        f"rows of the re-read window twice. Raise dedup.max.entries, or give the table a "
+        f"topic of its own"
+    )
 
 
 def _log_rebuilt(

@@ -28,15 +28,20 @@ from snowsource.core.cursor import Position
 from snowsource.core.deletes import (
     ACCESS_HINT,
     AUDIT_ID_HEADER,
+    AUDIT_TABLE,
     OPERATION_HEADER,
     cap_high_water,
+    superseded,
+    tombstone,
 )
+from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import current_rows_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
@@ -44,6 +49,8 @@ from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 UPSERT = (OPERATION_HEADER, b"upsert")
+# Ids per "which of these rows exist" request: a short URL however large the page.
+_IDS_PER_REQUEST = 100
 DELETE = (OPERATION_HEADER, b"delete")
 
 
@@ -76,8 +83,11 @@ class StreamHooks:
     async def start(self) -> None:
         """Called when a generation starts, before its first sweep."""
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Called for every non-empty page before its rows are shaped."""
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+        """Called for every non-empty page before its rows are shaped; the ids of rows not to
+        emit (their cursor still moves past them)."""
+        del rows
+        return frozenset()
 
     def cap(self, hi: str) -> str | None:
         """The high-water mark a sweep may read up to; None: do not sweep yet."""
@@ -162,10 +172,10 @@ class TableHooks(StreamHooks):
             self._looked_up.clear()
             await self._read_columns(())
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         typed = self._typed
         if typed is None:
-            return
+            return frozenset()
         typed.unparsed.clear()  # left by rows of the previous page that were suppressed
         unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
         if unknown:
@@ -173,6 +183,7 @@ class TableHooks(StreamHooks):
                 "unknown columns; reading the table's dictionary again", columns=sorted(unknown)
             )
             await self._read_columns(unknown)
+        return frozenset()
 
     async def _read_columns(self, seen: Iterable[str]) -> None:
         typed = self._typed
@@ -223,7 +234,15 @@ class TableHooks(StreamHooks):
 class DeleteHooks(StreamHooks):
     """A table's delete stream: tombstones on the table's topic, behind the table's sweeps."""
 
-    def __init__(self, spec: TableSpec, *, mark: SweepMark) -> None:
+    def __init__(
+        self,
+        spec: TableSpec,
+        *,
+        mark: SweepMark,
+        client: PageSource,
+        retry: RetryPolicy,
+        stop: asyncio.Event,
+    ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
         shaper = TombstoneShaper(
@@ -235,11 +254,55 @@ class DeleteHooks(StreamHooks):
         )
         super().__init__(spec, shaper)
         self._mark = mark
+        self._base = base
+        self._client = client
+        self._retry = retry
+        self._stop = stop
+        self._log = structlog.get_logger("snowsource.engine.streams").bind(
+            table=spec.alias, snow_table=AUDIT_TABLE
+        )
         self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
+
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+        """The audit rows whose deleted row exists again (``core.deletes.superseded``)."""
+        stones = [tombstone(row, self._base.name) for row in rows]
+        keys = sorted({stone.key for stone in stones})
+        current: set[str] = set()
+        for start in range(0, len(keys), _IDS_PER_REQUEST):
+            current |= await self._existing(keys[start : start + _IDS_PER_REQUEST])
+        skip = superseded(stones, current)
+        if skip:
+            self._log.info(
+                "deleted rows exist again (re-created with the same id): their tombstones are "
+                "left out, so the re-created row's upsert stays their last record",
+                documentkeys=sorted({s.key for s in stones if s.audit_id in skip}),
+            )
+        return skip
+
+    async def _existing(self, keys: list[str]) -> set[str]:
+        base = self._base
+        async for attempt in retrying(
+            self._retry,
+            self._stop,
+            retry_if=lambda exc: isinstance(exc, RetriableError),
+            on_retry=self._retrying,
+        ):
+            with attempt:
+                page = await self._client.get_page(base.name, current_rows_params(base, keys))
+        return {raw(row, base.id_field) for row in page.rows}
+
+    def _retrying(self, attempt: Attempt, delay: float) -> None:
+        metrics.RETRIES.labels(table=self.spec.alias).inc()
+        self._log.warning(
+            "asking the table whether deleted rows exist again failed; retrying",
+            error=str(attempt.error),
+            attempt=attempt.number + 1,
+            retry_in=round(delay, 2),
+        )
 
     def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.
@@ -266,7 +329,9 @@ def stream_hooks(
     hooks: dict[str, StreamHooks] = {}
     for spec in specs:
         if spec.base is not None:
-            hooks[spec.alias] = DeleteHooks(spec, mark=marks[spec.base.alias])
+            hooks[spec.alias] = DeleteHooks(
+                spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
+            )
         else:
             hooks[spec.alias] = TableHooks(
                 spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)

@@ -31,8 +31,9 @@ import yaml
 
 from tests.conftest import TopicFactory
 from tests.image.container import Engine, Mount
-from tests.integration.engine import poll_until, read_offsets, read_topic
+from tests.integration.engine import read_offsets, read_topic
 from tests.kafka_support import REPO, unique
+from tests.polling import poll_until
 
 IMAGE = os.environ.get("SNOWSOURCE_IMAGE", "")
 pytestmark = pytest.mark.skipif(

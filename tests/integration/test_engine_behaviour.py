@@ -26,12 +26,12 @@ from tests.integration.engine import (
     committed_stream,
     keys_of,
     latest_by_key,
-    poll_until,
     read_offsets,
     read_topic,
     running,
     status,
 )
+from tests.polling import poll_until
 
 Past = Callable[[float], datetime]
 

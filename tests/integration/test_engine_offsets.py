@@ -29,11 +29,11 @@ from tests.integration.engine import (
     caught_up,
     committed_stream,
     keys_of,
-    poll_until,
     read_topic,
     running,
     status,
 )
+from tests.polling import poll_until
 
 Past = Callable[[float], datetime]
 Row = dict[str, str]

@@ -23,13 +23,13 @@ from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,
     committed_stream,
-    poll_until,
     read_offsets,
     read_topic,
     running,
     status,
     write_config,
 )
+from tests.polling import poll_until
 
 
 async def _end_offsets(bootstrap: str, topic: str) -> int:

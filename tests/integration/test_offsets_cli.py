@@ -33,10 +33,11 @@ from snowsource.core.offsets_codec import (
 )
 from snowsource.engine.wiring import kafka_connection
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running, write_config
-from tests.kafka_support import REPO, unique
+from tests.integration.engine import caught_up, read_topic, running, write_config
+from tests.integration.processes import SNOWSOURCE
+from tests.kafka_support import unique
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 TABLES: dict[str, dict[str, Any]] = {
     "incident": {"name": "incident"},
     "change": {"name": "change_request"},

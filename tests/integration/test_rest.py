@@ -28,14 +28,8 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.engine.wiring import table_spec
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    Record,
-    caught_up,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-)
+from tests.integration.engine import Record, caught_up, read_offsets, read_topic, running
+from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9c2b7e-not-a-real-secret"
@@ -382,7 +376,11 @@ async def test_recipe_drop_one_table(env: Env, http: ClientSession) -> None:
         stored = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
         assert set(stored) == {"change_request"}
         _, listing = await call(http, "GET", f"{url}/offsets")
-        assert [o["partition"]["table"] for o in listing["offsets"]] == ["change_request"]
+        # The reset partition is still listed, its offset null, as a Connect worker lists it.
+        assert [(o["partition"]["table"], o["offset"] is None) for o in listing["offsets"]] == [
+            ("change_request", False),
+            ("incident", True),
+        ]
 
         await resume(http, daemon, "incident", "change_request")
         replayed = await new_records(env, "incident", before_inc)
@@ -409,7 +407,12 @@ async def test_recipe_reset_all(env: Env, http: ClientSession) -> None:
 
         assert await call(http, "DELETE", f"{url}/offsets") == (200, {"message": RESET_MESSAGE})
         assert await read_offsets(env.bootstrap, env.offsets_topic, env.name) == {}
-        assert await call(http, "GET", f"{url}/offsets") == (200, {"offsets": []})
+        # Like Connect right after DELETE: every reset partition, its offset null.
+        reset = [
+            {"partition": spec_of(daemon, alias).partition.as_dict(), "offset": None}
+            for alias in sorted(tables)
+        ]
+        assert await call(http, "GET", f"{url}/offsets") == (200, {"offsets": reset})
         # Idempotent, like Connect.
         assert await call(http, "DELETE", f"{url}/offsets") == (200, {"message": RESET_MESSAGE})
 

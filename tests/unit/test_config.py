@@ -16,6 +16,8 @@ from snowsource.config.loader import LoadedConfig, load_config, resolve_config_p
 from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import ConfigError
+from snowsource.core.retry import RetryPolicy
+from snowsource.engine.wiring import kafka_retries, snow_retry
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-very-secret"
@@ -211,6 +213,10 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "linger.ms": 5,
         "max.request.size": 1048576,
         "startup.timeout.seconds": 60,
+        "retry": {
+            work: {"initial.backoff.ms": 500, "max.backoff.ms": 30000}
+            for work in ("offsets", "transactions", "tail")
+        },
     }
     assert dumped["rest"] == {
         "enabled": True,
@@ -428,6 +434,15 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
     ("sasl-needs", {("kafka", "security.protocol"): "SASL_SSL"}, "kafka.sasl.password", "SASL_SSL"),
     ("compression", {("kafka", "compression.type"): "brotli"}, "kafka.compression.type", "'zstd'"),
     ("linger", {("kafka", "linger.ms"): -1}, "kafka.linger.ms", "greater than or equal to 0"),
+    (
+        "kafka retry max below initial",
+        {
+            ("kafka", "retry", "tail", "initial.backoff.ms"): 2000,
+            ("kafka", "retry", "tail", "max.backoff.ms"): 1000,
+        },
+        "kafka.retry.tail.max.backoff.ms",
+        "must be >= initial.backoff.ms (2000)",
+    ),
     (
         "startup",
         {("kafka", "startup.timeout.seconds"): 0},
@@ -952,3 +967,20 @@ def test_compression_codec_needs_its_extra(name: str, load: Loader, problems: Pr
     found = problems(changes)
     assert _paths(found) == ["kafka.compression.type"]
     assert f"aiokafka[{name}]" in found[0][1]
+
+
+def test_kafka_work_retries_by_its_own_settings_not_the_http_ones(load: Loader) -> None:
+    settings = load(
+        {
+            ("snow", "http", "retry.initial.backoff.ms"): 700,
+            ("kafka", "retry", "offsets", "initial.backoff.ms"): 100,
+            ("kafka", "retry", "offsets", "max.backoff.ms"): 2000,
+            ("kafka", "retry", "transactions", "initial.backoff.ms"): 200,
+            ("kafka", "retry", "tail", "max.backoff.ms"): 4000,
+        }
+    ).settings
+    retries = kafka_retries(settings)
+    assert retries.offsets == RetryPolicy(0.1, 2.0)
+    assert retries.transactions == RetryPolicy(0.2, 30.0)
+    assert retries.tail == RetryPolicy(0.5, 4.0)
+    assert snow_retry(settings) == RetryPolicy(0.7, 30.0)

@@ -33,6 +33,15 @@ API_FORBIDDEN = {"adapters"}
 #: The longest a product function may be, in lines from ``def`` to its end, its docstring not
 #: counted (ruff's PLR0915 counts statements, which lets a function of long calls grow).
 MAX_FUNCTION_LINES = 60
+#: Functions over the limit that wait for their split, by module: the emulator's and check's
+#: owner in this release's work splits them (pyproject.toml lists the same modules for ruff's
+#: PLR0912). Nothing may be added here; remove an entry once its function is split.
+PENDING_SPLIT: dict[str, set[str]] = {
+    "emulator/emulator.py": {"__init__"},
+    "emulator/encoded_query.py": {"parse_encoded_query"},
+    "emulator/schema.py": {"builtin_tables"},
+    "emulator/tableapi.py": {"list_records"},
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -109,7 +118,24 @@ def test_the_length_rule_sees_a_long_function(tmp_path: Path) -> None:
     "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
 )
 def test_no_product_function_is_longer_than_a_screen(path: Path) -> None:
-    long = [(name, n) for name, n in _function_lengths(path) if n > MAX_FUNCTION_LINES]
+    pending = PENDING_SPLIT.get(str(path.relative_to(PACKAGE)), set())
+    long = [
+        (name, n)
+        for name, n in _function_lengths(path)
+        if n > MAX_FUNCTION_LINES and name.split(":")[0] not in pending
+    ]
     assert not long, (
         f"{path.relative_to(PACKAGE)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
     )
+
+
+def test_every_pending_split_is_still_pending() -> None:
+    # An entry whose function was split (or renamed) must leave the list, so it cannot hide a
+    # new long function of the same name later.
+    for module, names in PENDING_SPLIT.items():
+        long = {
+            name.split(":")[0]
+            for name, n in _function_lengths(PACKAGE / module)
+            if n > MAX_FUNCTION_LINES
+        }
+        assert names <= long, f"{module}: {sorted(names - long)} no longer too long; remove"
