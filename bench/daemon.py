@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,12 @@ async def run_daemon(
     workdir: Path,
     batch: int = 1000,
     within: float = 3600.0,
+    on_first_page: Callable[[], Awaitable[None]] | None = None,
 ) -> DaemonRun:
-    """Run the daemon until ``expected_rows`` records are in its topics; then stop it."""
+    """Run the daemon until ``expected_rows`` records are in its topics; then stop it.
+
+    ``on_first_page`` is awaited as soon as the emulator saw the first page request (the
+    sessions case resets the emulator's statistics there, as the run is timed from it)."""
     name = f"bench-{uuid.uuid4().hex[:8]}"
     topics = [f"{name}.{t}" for t in tables]
     path = workdir / f"{name}.yaml"
@@ -131,6 +136,7 @@ async def run_daemon(
                 started=started,
                 within=within,
                 log_path=log_path,
+                on_first_page=on_first_page,
             )
         finally:
             if process.poll() is None:
@@ -154,6 +160,7 @@ async def _measure(
     started: float,
     within: float,
     log_path: Path,
+    on_first_page: Callable[[], Awaitable[None]] | None = None,
 ) -> DaemonRun:
     pid = process.pid
     deadline = started + within
@@ -179,6 +186,8 @@ async def _measure(
         if stats["pages"] > before["pages"]:
             break
         await asyncio.sleep(0.005)
+    if on_first_page is not None:
+        await on_first_page()
     first_page = time.perf_counter()
     first_request = first_request or first_page
     page_cpu = cpu_seconds(pid)

@@ -154,9 +154,9 @@ class StatusViews:
             "tables": redact_value(tables),
         }
         # The session pool of SPEC §14.1: concurrency limit, sessions, requests in flight.
-        pool = ctx.daemon.session_pool()
+        pool = ctx.daemon.servicenow_pool()
         if pool is not None:
-            document["servicenow"] = dict(pool)
+            document["servicenow"] = pool
         return document
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:

@@ -121,19 +121,21 @@ class InstanceModel:
         self._nodes = [_Node(i, asyncio.Semaphore(node_threads)) for i in range(nodes)]
         self._sessions.clear()
         self._next_node = itertools.count()
+        self.in_flight = 0  # configure before serving: nothing is in flight
         self.reset_statistics()
 
     def reset_statistics(self) -> None:
-        """Start counting afresh (sessions stay open)."""
+        """Start counting afresh (sessions stay open). A request being served counts only its
+        time after the reset, so a reset in the middle of a run measures the rest exactly."""
         self.sessions_opened = 0
         self.rejected_202 = 0
         self.rejected_429 = 0
         self.served = 0
         self.served_seconds = 0.0
         self.max_served_seconds = 0.0
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.first_at: float | None = None
+        self.peak_in_flight = self.in_flight  # in_flight is state, not a counter
+        self._since = time.monotonic()
+        self.first_at: float | None = self._since if self.in_flight else None
         self.last_at: float | None = None
         for node in self._nodes:
             node.peak_busy = node.busy
@@ -251,8 +253,9 @@ class InstanceModel:
             node.served += 1
             self.in_flight -= 1
             self.served += 1
-            self.served_seconds += ended - started
-            self.max_served_seconds = max(self.max_served_seconds, ended - started)
+            counted = ended - max(started, self._since)
+            self.served_seconds += counted
+            self.max_served_seconds = max(self.max_served_seconds, counted)
             self.last_at = ended
 
     # ---- statistics ------------------------------------------------------------------------

@@ -119,9 +119,9 @@ class EngineFacade(Protocol):
         """Worker ids of the other group members that still run tables (group mode)."""
         ...
 
-    def session_pool(self) -> Mapping[str, int] | None:
-        """The ServiceNow session pool now (SPEC §14.1: limit, sessions, in flight), or None
-        before the client opened and after it closed."""
+    def servicenow_pool(self) -> dict[str, int] | None:
+        """The ServiceNow session pool (concurrency limit, sessions, requests in flight, SPEC
+        §14.1), None before the client opened."""
         ...
 
     async def kafka_reachable(self) -> bool:

@@ -202,11 +202,6 @@ class Daemon:
         return self._opened.store if self._opened else None
 
     @property
-    def client(self) -> ServiceNowClient | None:
-        """The ServiceNow client, once open."""
-        return self._opened.client if self._opened else None
-
-    @property
     def sink(self) -> RecordSink | None:
         """The shared producer, once open."""
         return self._opened.sink if self._opened else None
@@ -224,8 +219,8 @@ class Daemon:
         """Worker ids of the other group members still running tables."""
         return self._mode.busy_workers()
 
-    def session_pool(self) -> dict[str, int] | None:
-        """The ServiceNow client's session pool figures, once open."""
+    def servicenow_pool(self) -> dict[str, int] | None:
+        """The ServiceNow session pool's figures (limit, sessions, in flight), once open."""
         pool = self._opened.client.pool_status() if self._opened else None
         return pool.as_dict() if pool is not None else None
 

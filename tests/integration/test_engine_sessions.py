@@ -11,7 +11,13 @@ import pytest
 from snowsource.emulator.journal import Request
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, read_offsets, read_topic, running, settings_from
+from tests.integration.engine import (
+    caught_up,
+    read_offsets,
+    read_topic,
+    running,
+    settings_from,
+)
 from tests.polling import poll_until
 
 PREFIXES = "01234567"
@@ -62,13 +68,13 @@ async def test_eight_tables_backfill_in_parallel_over_at_most_k_plus_2_sessions(
     env.emu.instance.reset_statistics()
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, *(f"inc{c}" for c in PREFIXES)), timeout=60)
-        pool = daemon.client.pool_status() if daemon.client is not None else None
+        pool = daemon.servicenow_pool()
     stats = env.emu.instance.statistics()
     assert stats["peak_in_flight"] >= 6, stats  # type: ignore[operator]
     assert stats["sessions_opened"] <= K + 2, stats  # type: ignore[operator]
     assert stats["responses_202"] == 0
     assert pool is not None
-    assert pool.sessions_open <= K
+    assert pool["sessions_open"] <= K
     if auth == "oauth2":
         tokens = {r.headers.get("Authorization") for r in env.emu.journal if r.table}
         assert len(tokens) >= 2, "no token was renewed during the run"
@@ -86,11 +92,11 @@ async def test_two_requests_per_session_halve_the_sessions(env: Env) -> None:
     settings = settings_from(env.tmp_path, document)
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, *(f"inc{c}" for c in PREFIXES)), timeout=60)
-        pool = daemon.client.pool_status() if daemon.client is not None else None
+        pool = daemon.servicenow_pool()
     stats = env.emu.instance.statistics()
     assert pool is not None
-    assert pool.requests_per_session == 2
-    assert pool.sessions_open <= 4
+    assert pool["requests_per_session"] == 2
+    assert pool["sessions_open"] <= 4
     assert stats["sessions_opened"] <= 4, stats  # type: ignore[operator]
     assert stats["peak_in_flight"] >= 6, stats  # type: ignore[operator]
 
@@ -155,15 +161,13 @@ async def test_saturated_nodes_lower_the_limit_without_a_hot_loop_and_it_recover
     rows = env.emu.rows("incident")
     settings = env.settings({"incident": {"name": "incident", "batch.size": 10}})
     async with running(settings) as daemon:
-        client = daemon.client
-        assert client is not None
         # The nodes' semaphores are full for a while: every request is a 429 without Retry-After.
         env.emu.faults.add(status=429, times=None, table="incident")
         start = len(env.emu.journal)
         await poll_until(lambda: sum(r.status == 429 for r in env.emu.journal[start:]) >= 4)
-        pool = client.pool_status()
+        pool = daemon.servicenow_pool()
         assert pool is not None
-        assert pool.limit == 1  # 8 -> 4 -> 2 -> 1, and never below
+        assert pool["concurrency_limit"] == 1  # 8 -> 4 -> 2 -> 1, and never below
         saturated_from = env.emu.journal[start].wall
         await poll_until(lambda: env.emu.journal[-1].wall - saturated_from >= 3.0, timeout=30)
         env.emu.faults.clear()
@@ -172,12 +176,12 @@ async def test_saturated_nodes_lower_the_limit_without_a_hot_loop_and_it_recover
         # Backoff between attempts (50 ms doubling to 500 ms here, full jitter): a few per
         # second, where a hot loop would send hundreds.
         assert len(refused) / max(span, 1.0) < 25, (len(refused), span)
-        pool = client.pool_status()
+        pool = daemon.servicenow_pool()
         assert pool is not None
-        assert pool.limit == 1
+        assert pool["concurrency_limit"] == 1
         await poll_until(caught_up(daemon, "incident"), timeout=60)
-        pool = client.pool_status()
+        pool = daemon.servicenow_pool()
         assert pool is not None
-        assert pool.limit > 1  # 20 good answers per step back up
+        assert pool["concurrency_limit"] > 1  # 20 good answers per step back up
     records = await read_topic(env.bootstrap, env.topic("incident"))
     assert sorted(r.key.decode() for r in records if r.key) == sorted(r["sys_id"] for r in rows)
