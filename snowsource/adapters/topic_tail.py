@@ -70,6 +70,9 @@ class _Window:
     since: str
     slack_floor: str
     deletes: bool = False  # a delete stream's window: its tombstones, by audit row
+    # Backfill records of a sliced backfill are not in cursor order (SPEC §14.2): their age
+    # says nothing about what lies before them, so they never end the backward walk.
+    unordered_backfill: bool = False
 
 
 class TopicTail:
@@ -88,6 +91,7 @@ class TopicTail:
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult:
         """:func:`read_window` on this connection."""
         return await read_window(
@@ -99,6 +103,7 @@ class TopicTail:
             slack_floor=slack_floor,
             max_scanned=max_scanned,
             deletes=deletes,
+            unordered_backfill=unordered_backfill,
         )
 
 
@@ -120,6 +125,7 @@ async def read_window(
     max_scanned: int,
     first_step: int = FIRST_STEP,
     deletes: bool = False,
+    unordered_backfill: bool = False,
 ) -> TailResult:
     """This table's records in ``topic`` with ``snow.timestamp >= since``, read_committed.
 
@@ -128,8 +134,12 @@ async def read_window(
     (null values) are returned too, with an empty digest, so deleted ids are remembered as such.
     With ``deletes`` (``table`` is then the base table) only the tombstones are returned, each
     as its delete stream emitted it: id = the audit row's sys_id, digest of the record key.
+    With ``unordered_backfill`` only ``stream``-phase records end the walk (``max_scanned``
+    still bounds it): a sliced backfill produces its ranges side by side.
     """
-    window = _Window(instance.encode(), table.encode(), since, slack_floor, deletes)
+    window = _Window(
+        instance.encode(), table.encode(), since, slack_floor, deletes, unordered_backfill
+    )
     async with admin_client(conn) as admin:
         count = (await existing_topics(admin, [topic])).get(topic, 0)
     if count == 0:
@@ -224,7 +234,9 @@ async def _read_range(
             ):
                 continue
             ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
-            if ts < window.slack_floor:
+            if ts < window.slack_floor and not (
+                window.unordered_backfill and _header(headers, "snow.phase") == b"backfill"
+            ):
                 older_seen = True
             if ts >= window.since:
                 emitted = _emitted(record, ts=ts, window=window)

@@ -277,10 +277,14 @@ class Backfill:
         The prefix range always may; any other only while the rows ahead of the prefix, the
         pages reserved ahead of it and this page stay within ``max_ahead``.
         """
-        index = self._prefix_index()
-        if index < len(self.ranges) and self.ranges[index] is r:
+        if self.holds_prefix(r):
             return True
         return self._claimed_ahead() + limit <= self.max_ahead
+
+    def holds_prefix(self, r: SliceRange) -> bool:
+        """Whether ``r`` is the first range not settled: the one the prefix waits for."""
+        index = self._prefix_index()
+        return index < len(self.ranges) and self.ranges[index] is r
 
     def reserve(self, r: SliceRange, limit: int) -> None:
         """A page of up to ``limit`` rows is being fetched for ``r``."""
@@ -319,3 +323,17 @@ class Backfill:
         r.pending -= 1
         if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
             r.acked_to = last_emitted
+
+    def prefix_if_acked(self, r: SliceRange, last_emitted: Position | None) -> Position | None:
+        """The prefix once ``r``'s oldest pending page is acknowledged (for a transaction that
+        commits that page and its offset together)."""
+        saved = (r.pending, r.acked_to)
+        self.acked(r, last_emitted)
+        try:
+            return self.prefix()
+        finally:
+            r.pending, r.acked_to = saved
+
+    def last_read(self) -> Position | None:
+        """The furthest row any page returned: where a following sweep continues."""
+        return max((r.read_to for r in self.ranges if r.read_to is not None), default=None)

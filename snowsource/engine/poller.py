@@ -61,9 +61,10 @@ from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
+from snowsource.engine.slices import SlicedBackfill, SliceTools
 from snowsource.engine.streams import StreamHooks, TableHooks
 from snowsource.observability import metrics
-from snowsource.runtime.aio import done_before, sleep_or_stop
+from snowsource.runtime.aio import done_before, first_error, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import DeadlineExceededError, StoppedError
 
@@ -97,6 +98,7 @@ class TableStatus:
     sweeps: int = 0
     caught_up: bool = False
     window_start: str | None = None  # where this generation started reading, for progress bars
+    backfill: SlicedBackfill | None = None  # the sliced backfill running now (SPEC §14.2)
     hi: str | None = None  # high-water mark of the current sweep
     # Set when a drain ended before every acknowledged offset was written (deadline, outage).
     unfinished: str | None = None
@@ -160,6 +162,7 @@ class Poller:
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
         self._shaper = self._hooks.shaper
         self._delivery = self._hooks.delivery(sink, stop, delivery)
+        self._deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
         )
@@ -172,6 +175,7 @@ class Poller:
         self._cursor = Position(spec.start_timestamp, "")
         self._late_floor = self._cursor
         self._last_submitted: SourceOffset | None = None
+        self._slice = False  # the generation's first sweep is a sliced backfill
         self._ending = False
         self._commit_failure: BaseException | None = None
         self._set_state(TableState.STARTING)
@@ -263,7 +267,7 @@ class Poller:
                 finally:
                     await self._drain(committer, committing)
         except BaseExceptionGroup as failed:
-            raise _first(failed) from None
+            raise first_error(failed) from None
 
     def _begin(self, committed: SourceOffset | None) -> Position:
         """Fresh per-generation state, exactly like a process restart; where reading starts."""
@@ -278,6 +282,10 @@ class Poller:
         offsets = self._delivery.offsets(self._writer)
         self._committer = Committer(offsets, spec.partition, self._stop, self._committed)
         self._last_submitted = None
+        # A table caught up before resumes with one pager: slicing its overlap gains nothing.
+        self._slice = spec.backfill_slices > 1 and (
+            committed is None or committed.phase == "backfill"
+        )
         self._delivery.forget()
         self._ending = False
         self._commit_failure = None
@@ -359,6 +367,9 @@ class Poller:
                 continue
             began = time.monotonic()
             self.status.hi = hi
+            if self._slice:
+                sweep_start = await self._sliced(sweep_start, hi)
+                continue
             result = await self._sweep(sweep_start, hi)
             self._failures.succeeded(FailureSource.KAFKA)  # everything read was acknowledged
             self.status.sweeps += 1
@@ -461,6 +472,41 @@ class Poller:
                     self._release_page()  # it arrived before the cancel: nobody reads it
         return result
 
+    async def _sliced(self, start: Position, hi: str) -> Position:
+        """The backfill read by several slices (``engine.slices``); where the next sweep starts.
+
+        No wait and no ``stream`` mark after it: the sweep that follows, one pager as in
+        release 2, reads what changed meanwhile and says whether the table is caught up.
+        """
+        self._slice = False
+        committed = self.status.committed
+        tools = SliceTools(
+            self.spec,
+            reader=self._reader,
+            hooks=self._hooks,
+            dedup=self._dedup,
+            committer=self._committer,  # type: ignore[arg-type]  # set by _begin
+            delivery=lambda: self._delivery if self._delivery.exactly_once else self._deliveries(),
+            account=lambda plan, ack: self._account(plan, ack, _SweepResult()),
+            anchored=lambda: self.status.committed is not None,
+            on_prefix=self._prefix_moved,
+            stop=self._stop,
+            pages=self._pages,
+        )
+        at = Position(committed.timestamp, committed.sys_id) if committed else None
+        self.status.backfill = SlicedBackfill(tools, start=start, hi=hi, committed=at)
+        try:
+            last = await self.status.backfill.run()
+        finally:
+            self.status.backfill = None
+        self.status.sweeps += 1
+        return next_sweep_start(start, last, hi, self.spec.overlap_seconds)
+
+    def _prefix_moved(self, offset: SourceOffset) -> None:
+        self._last_submitted = offset
+        self._cursor = self.status.cursor = Position(offset.timestamp, offset.sys_id)
+        self._set_lag(max((self._clock.now() - parse_ts(offset.timestamp)).total_seconds(), 0.0))
+
     def _prefetch(self, after: Position, hi: str) -> asyncio.Task[tuple[Page, int]]:
         """Fetch the next page while the current one is produced and acknowledged."""
         return asyncio.create_task(self._fetch(after, hi), name=f"fetch:{self.spec.alias}")
@@ -517,6 +563,12 @@ class Poller:
             offset = plan.emits[emitted - 1].offset
             self._last_submitted = offset
             committer.commit_now(offset)
+        self._account(plan, ack, result)
+
+    def _account(self, plan: PagePlan, ack: PageAck | None, result: _SweepResult) -> int:
+        """Count a delivered page; raise what a failed record means. The records acked."""
+        spec = self.spec
+        emitted = ack.acked if ack is not None else 0
         result.emitted += emitted
         result.suppressed += plan.suppressed
         result.late += plan.late
@@ -536,6 +588,7 @@ class Poller:
                     f"{spec.describe}: row {row}: Kafka refused the record: {failure.error}"
                 )
             raise _ProduceFailedError(f"row {row}: {failure.error!r}")
+        return emitted
 
     def _mark_stream(self) -> None:
         """Caught up: make the committed offset say ``stream`` through the ordered commit path."""
@@ -588,13 +641,3 @@ def _unacked(spec: TableSpec, records: int) -> str:
         f"{spec.topic} within {failures.ACKS_OVERDUE_SECONDS:g} s; still waiting (is the "
         f"partition's leader broker reachable?)"
     )
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The error a task group ended with: the first that is not a cancellation."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group.exceptions[0]

@@ -252,10 +252,10 @@ class TransactionalDelivery:
     # ---------------------------------------------------------------- transactions
 
     async def _page_transaction(self, plan: PagePlan) -> PageAck | None:
-        offset = plan.emits[-1].offset
-        value = encode_value(offset)
-        assert value is not None
         async with self._lock:
+            # Asked only now, when the transactions before this one are committed.
+            offset = plan.commit_offset() if plan.commit_offset else plan.emits[-1].offset
+            value = encode_value(offset) if offset is not None else None
             if self._fenced is not None:
                 raise self._fenced
             try:
@@ -268,7 +268,8 @@ class TransactionalDelivery:
                     if ack.failure is not None:
                         await self._failed(ack.failure.error)
                         return PageAck(records=ack.records, acked=0, failure=ack.failure)
-                    await (await self._producer.send_offset(self._key, value))
+                    if value is not None:
+                        await (await self._producer.send_offset(self._key, value))
                     await self._producer.commit()
             except (KafkaError, TimeoutError, OSError) as exc:
                 await self._failed(exc)
@@ -277,7 +278,8 @@ class TransactionalDelivery:
                     acked=0,
                     failure=RecordFailure(0, self._aborted(exc), fatal=False),
                 )
-            self._committed(offset, value)
+            if offset is not None and value is not None:
+                self._committed(offset, value)
             return ack
 
     async def _offset_transaction(self, offset: SourceOffset, limit: Deadline) -> None:

@@ -93,6 +93,18 @@ VALUES_UNPARSED = Counter(
     ["table"],
     registry=REGISTRY,
 )
+BACKFILL_SLICES_ACTIVE = Gauge(
+    "snowsource_backfill_slices_active",
+    "Slices of the table's parallel backfill reading a range now (0 outside a sliced backfill)",
+    ["table"],
+    registry=REGISTRY,
+)
+BACKFILL_ROWS_AHEAD = Gauge(
+    "snowsource_backfill_rows_ahead",
+    "Rows the backfill's slices read past the committed prefix (bounded by max.ahead.rows)",
+    ["table"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -114,6 +126,8 @@ ALL_METRIC_NAMES = (
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
+    "snowsource_backfill_slices_active",
+    "snowsource_backfill_rows_ahead",
 )
 
 

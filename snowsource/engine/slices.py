@@ -1,0 +1,305 @@
+"""A table's sliced backfill (SPEC §14.2): up to N range pagers, one committed prefix.
+
+The poller hands its first sweep here when the table is backfilling (no offset yet, or an
+offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rules live in
+``core.slices.Backfill``; this module only runs them:
+
+- one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
+  query restricted to the range, produce each page as it arrives, repeat until nothing is left
+  to take or steal;
+- before each page a slice outside the prefix range waits until ``backfill.max.ahead.rows``
+  allows it, and until the table has a committed offset at all (so a crash never leaves records
+  ahead of a table that has no offset: the §13.4 rebuild needs a committed cursor to start from);
+- after each acknowledged page the prefix is recomputed and, when it moved, committed through
+  the table's committer, in cursor order with every other offset of the table. With
+  exactly-once each page's transaction carries the prefix as it stands with that page included.
+
+Pages go through the page budget like the single pager's, taken only once the slice is admitted,
+so a waiting slice holds no page; the HTTP pool grants requests fairly between tables (a table's
+slices share its alias as their requester key). On stop every slice stops fetching, lets the page
+it is producing finish within the stop's deadline, and ends; a produce failure ends them all and
+the table restarts from its committed offset, exactly like the single pager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from snowsource.adapters.servicenow import Page
+from snowsource.adapters.sink import PageAck
+from snowsource.core.cursor import Position
+from snowsource.core.dedup import DedupCache
+from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.page import PagePlan, page_positions, plan_page
+from snowsource.core.slices import Backfill, SliceRange
+from snowsource.core.table import TableSpec
+from snowsource.engine.budget import PageBudget
+from snowsource.engine.committer import Committer
+from snowsource.engine.delivery import TableDelivery
+from snowsource.engine.reader import TableReader
+from snowsource.engine.streams import StreamHooks
+from snowsource.observability import metrics
+from snowsource.runtime.aio import done_before, first_error
+from snowsource.runtime.deadline import StopSignal
+from snowsource.runtime.retrying import StoppedError
+
+__all__ = ["SliceTools", "SlicedBackfill"]
+
+
+@dataclass(frozen=True)
+class SliceTools:
+    """What a poller lends its sliced backfill for one sweep."""
+
+    spec: TableSpec
+    reader: TableReader
+    hooks: StreamHooks
+    dedup: DedupCache
+    committer: Committer
+    #: A delivery for one slice: a fresh one each (at least once), or the table's own, whose
+    #: transactions are one at a time anyway (exactly once).
+    delivery: Callable[[], TableDelivery]
+    #: Counts a delivered page and raises what its failure means; returns the records acked.
+    account: Callable[[PagePlan, PageAck | None], int]
+    #: Whether the table has an offset in Kafka (no slice reads ahead of a table without one).
+    anchored: Callable[[], bool]
+    #: Told each new prefix once it is queued for commit (status, lag).
+    on_prefix: Callable[[SourceOffset], None]
+    stop: StopSignal
+    pages: PageBudget | None = None
+
+
+class SlicedBackfill:
+    """One sliced backfill sweep of a table, from ``start`` up to ``hi``."""
+
+    def __init__(
+        self, tools: SliceTools, *, start: Position, hi: str, committed: Position | None
+    ) -> None:
+        spec = tools.spec
+        self._tools = tools
+        self._spec = spec
+        self._start = start
+        self.board = self._board(start, hi, committed)
+        self._committed = committed
+        self._last_prefix = committed
+        # Rows older than this are never read again, not even by the stream phase that
+        # follows (it starts at HI - overlap): they need no dedup entry.
+        self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
+        self._waiters: list[asyncio.Future[None]] = []
+        self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
+
+    def _board(self, start: Position, hi: str, committed: Position | None) -> Backfill:
+        spec = self._spec
+        return Backfill(
+            start,
+            hi,
+            slices=spec.backfill_slices,
+            max_ahead=spec.backfill_max_ahead_rows,
+            committed=committed,
+        )
+
+    async def run(self) -> Position | None:
+        """Read every range; the furthest row read (``None`` when there was none).
+
+        Raises ``StoppedError`` when stopped before the end, and a slice's failure as is.
+        """
+        await self._from_first_row()
+        spec, board = self._spec, self.board
+        self._log.info(
+            "sliced backfill", slices=spec.backfill_slices, ranges=len(board.ranges), hi=board.hi
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(spec.backfill_slices):
+                    group.create_task(self._slice(index), name=f"slice:{spec.alias}:{index}")
+        except BaseExceptionGroup as failed:
+            raise first_error(failed) from None
+        finally:
+            self._gauges()
+        if not board.done():
+            raise StoppedError("stop requested during the sliced backfill")
+        return board.last_read()
+
+    async def _from_first_row(self) -> None:
+        """Cut the ranges from the window's first row on, not from ``start.timestamp``: a table
+        whose rows begin in 2015 would otherwise give most slices decades of nothing."""
+        start, hi = self._start, self.board.hi
+        row = await self._tools.reader.first_row(start, hi)
+        if row is None:
+            return  # empty, or a first row hidden by ACLs: the ranges cover the whole window
+        ts, _ = page_positions(
+            self._spec, self._tools.hooks.shaper, [row], after=start, hi=hi, previous=None
+        )[0]
+        if ts > start.ts:
+            self.board = self._board(Position(ts, ""), hi, self._committed)
+
+    # ------------------------------------------------------------------ one slice
+
+    async def _slice(self, index: int) -> None:
+        delivery = self._tools.delivery()
+        try:
+            while not self._tools.stop.is_set():
+                r = self.board.take(index)
+                if r is None:
+                    return
+                self._gauges()
+                await self._read(r, delivery)
+        except StoppedError:
+            return  # the page in production finished (or ran out of the stop's deadline)
+        finally:
+            self._wake()
+
+    async def _read(self, r: SliceRange, delivery: TableDelivery) -> None:
+        """Page ``r`` until it is finished (read to its end, or its end handed over)."""
+        tools, spec, board = self._tools, self._spec, self.board
+        start = r.start if self._committed is None else max(r.start, self._committed)
+        cursor, late_floor = start, start
+        previous: Position | None = None
+        previous_full = False
+        while not r.finished:
+            reserved = tools.reader.sizer.size
+            await self._admitted(r, reserved)
+            after, hi = r.after, r.hi
+            board.reserve(r, reserved)
+            try:
+                page, limit = await self._fetch(after, hi)
+            except BaseException:
+                board.cancelled(r, reserved)
+                raise
+            try:
+                rows = page.rows
+                await tools.hooks.prepare(rows)
+                keys = page_positions(
+                    spec, tools.hooks.shaper, rows, after=after, hi=hi, previous=previous
+                )
+                keep = board.arrived(r, keys, reserved)
+                if not keys and (previous_full or previous is None):
+                    # A range's first page says nothing came before it: an empty one may be a
+                    # page of rows the user cannot read (ACLs apply after sysparm_limit).
+                    await tools.reader.check_hidden(after, hi)
+                if keep:
+                    plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
+                    del page, rows
+                    cursor = plan.cursor or cursor
+                    await self._deliver(r, plan, delivery)
+                    previous = Position(*keys[keep - 1])
+                previous_full = len(keys) >= limit
+            finally:
+                self._release()
+            self._moved()
+
+    async def _admitted(self, r: SliceRange, limit: int) -> None:
+        """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
+        board, tools = self.board, self._tools
+        while not (board.holds_prefix(r) or (tools.anchored() and board.may_fetch(r, limit))):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            if not await done_before(waiter, tools.stop.event):
+                raise StoppedError("stop requested")
+
+    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
+        """A page, once the page budget has room; abandoned at once when stop is requested."""
+        tools = self._tools
+        if tools.pages is not None:
+            await tools.pages.acquire()
+        fetch = asyncio.ensure_future(tools.reader.page(after, hi))
+        try:
+            arrived = await done_before(fetch, tools.stop.event)
+        except BaseException:
+            arrived = False
+            raise
+        finally:
+            if not arrived or fetch.exception() is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                self._release()
+        if not arrived:
+            raise StoppedError("stop requested")
+        return fetch.result()
+
+    def _release(self) -> None:
+        if self._tools.pages is not None:
+            self._tools.pages.release()
+
+    def _plan(
+        self,
+        rows: list[dict[str, object]],
+        keys: list[tuple[str, str]],
+        cursor: Position,
+        late_floor: Position,
+    ) -> PagePlan:
+        tools = self._tools
+        return plan_page(
+            self._spec,
+            tools.hooks.shaper,
+            rows,
+            keys,
+            phase="backfill",
+            cursor=cursor,
+            late_floor=late_floor,
+            dedup=tools.dedup,
+            keep_from=min(keys[-1][0], self._keep_from),
+        )
+
+    async def _deliver(self, r: SliceRange, plan: PagePlan, delivery: TableDelivery) -> None:
+        """Produce a page and wait for its acks; the prefix then takes them in."""
+        ack: PageAck | None = None
+        if plan.emits:
+            last = plan.emits[-1].position
+            plan.commit_offset = lambda: self._offset(self.board.prefix_if_acked(r, last))
+            ack = await delivery.deliver_page(plan)
+            if ack is None:
+                raise StoppedError("stop requested while records were unacknowledged")
+        emitted = self._tools.account(plan, ack)
+        self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
+
+    # ------------------------------------------------------------------ the prefix
+
+    def _offset(self, position: Position | None) -> SourceOffset | None:
+        if position is None:
+            return None
+        return SourceOffset(
+            timestamp=position.ts,
+            sys_id=position.id,
+            phase="backfill",
+            fingerprint=self._spec.partition.query_fingerprint,
+        )
+
+    def _moved(self) -> None:
+        """After a page: commit the prefix when it moved, update the gauges, wake the waiting."""
+        prefix = self.board.prefix()
+        if prefix is not None and prefix != self._last_prefix:
+            self._last_prefix = prefix
+            offset = self._offset(prefix)
+            assert offset is not None
+            self._tools.committer.commit_now(offset)
+            self._tools.on_prefix(offset)
+        self._gauges()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _gauges(self) -> None:
+        alias = self._spec.alias
+        metrics.BACKFILL_SLICES_ACTIVE.labels(table=alias).set(self.board.active())
+        metrics.BACKFILL_ROWS_AHEAD.labels(table=alias).set(self.board.ahead())
+
+    def progress(self) -> dict[str, object]:
+        """Combined progress of the slices, for ``/status``."""
+        board = self.board
+        covered = board.covered_seconds()
+        return {
+            "slices_active": board.active(),
+            "ranges": len(board.ranges),
+            "rows_read": board.rows_read(),
+            "rows_ahead": board.ahead(),
+            "covered": round(covered / board.total_seconds, 4) if board.total_seconds else 1.0,
+            "hi": board.hi,
+        }
