@@ -222,7 +222,15 @@ class TransactionalDelivery:
         the record that caused it, or the first one when the transaction itself failed.
         """
         transaction = asyncio.ensure_future(self._page_transaction(plan))
-        if not await self._stop.finish(transaction):
+        try:
+            finished = await self._stop.finish(transaction)
+        except asyncio.CancelledError:
+            # A sibling slice failed and the table's task group cancels this one: the
+            # transaction must not outlive it with nobody to read how it ended.
+            transaction.cancel()
+            await asyncio.gather(transaction, return_exceptions=True)
+            raise
+        if not finished:
             # Stopping and out of time: the producer's close aborts what is still open.
             transaction.cancel()
             await asyncio.gather(transaction, return_exceptions=True)
