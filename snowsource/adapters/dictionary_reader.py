@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from snowsource.adapters.servicenow import Page
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
@@ -22,6 +21,7 @@ from snowsource.core.dictionary import (
     parent_query,
 )
 from snowsource.core.errors import TableError
+from snowsource.core.tableapi import Page
 
 # Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
 # chain is a super_class loop the pure walk then names.

@@ -43,6 +43,7 @@ from snowsource.core.errors import (
     RetriableError,
     ServiceNowError,
 )
+from snowsource.core.tableapi import Page
 from snowsource.observability.redact import redact, register_credentials, register_secret
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "Auth",
     "BasicAuth",
     "OAuth2Auth",
-    "Page",
     "ServiceNowClient",
     "classify",
     "parse_retry_after",
@@ -119,22 +119,6 @@ Auth = BasicAuth | OAuth2Auth | ApiKeyAuth | None
 # --------------------------------------------------------------------------------------------
 # Responses and their classification
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Page:
-    """One Table API list response.
-
-    ``date`` is the raw ``Date`` header (the instance clock), ``total_count`` the
-    ``X-Total-Count`` header when the request asked for a count, ``elapsed`` the seconds from
-    sending the request to having read the whole body.
-    """
-
-    rows: list[dict[str, Any]]
-    status: int
-    date: str | None
-    total_count: int | None
-    elapsed: float
 
 
 def _os_reason(error: OSError) -> str:

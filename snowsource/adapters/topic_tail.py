@@ -34,6 +34,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
+from snowsource.core.outbound import (
+    INSTANCE_HEADER,
+    PHASE_HEADER,
+    TABLE_HEADER,
+    TIMESTAMP_HEADER,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -161,24 +167,17 @@ async def read_window(
         begin = await consumer.beginning_offsets(tps)
         end = await consumer.end_offsets(tps)
         for tp in tps:
-            stop_at = end[tp]
-            step = first_step
-            chunks: list[list[EmittedRecord]] = []
-            while stop_at > begin[tp]:
-                budget = max_scanned - scanned
-                if budget <= 0:
-                    complete = False
-                    break
-                start = max(begin[tp], stop_at - min(step, budget))
-                chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
-                scanned += count
-                chunks.append(chunk)
-                if older_seen:
-                    break
-                stop_at = start
-                step *= 4
-            for chunk in reversed(chunks):
-                found.extend(chunk)
+            records, read, whole = await _walk_back(
+                consumer,
+                tp,
+                (begin[tp], end[tp]),
+                window,
+                budget=max_scanned - scanned,
+                step=first_step,
+            )
+            found.extend(records)
+            scanned += read
+            complete = complete and whole
     finally:
         await consumer.stop()
     if not complete:
@@ -189,6 +188,35 @@ async def read_window(
             scanned=scanned,
         )
     return TailResult(found, scanned, complete)
+
+
+async def _walk_back(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    bounds: tuple[int, int],
+    window: _Window,
+    *,
+    budget: int,
+    step: int,
+) -> tuple[list[EmittedRecord], int, bool]:
+    """One partition read backwards from its end in growing steps, until a record older than
+    the window shows nothing of it lies before: its records in order, how many were read, and
+    whether the walk ended before ``budget`` records did."""
+    begin, stop_at = bounds
+    chunks: list[list[EmittedRecord]] = []
+    scanned = 0
+    while stop_at > begin:
+        if budget - scanned <= 0:
+            return [r for chunk in reversed(chunks) for r in chunk], scanned, False
+        start = max(begin, stop_at - min(step, budget - scanned))
+        chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
+        scanned += count
+        chunks.append(chunk)
+        if older_seen:
+            break
+        stop_at = start
+        step *= 4
+    return [r for chunk in reversed(chunks) for r in chunk], scanned, True
 
 
 async def _read_range(
@@ -225,17 +253,17 @@ async def _read_range(
             headers = record.headers
             if (
                 record.key is None
-                or _header(headers, "snow.table") != window.table
-                or _header(headers, "snow.instance") != window.instance
+                or _header(headers, TABLE_HEADER) != window.table
+                or _header(headers, INSTANCE_HEADER) != window.instance
             ):
                 continue
             if window.deletes and (
                 record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
             ):
                 continue
-            ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
+            ts = _header(headers, TIMESTAMP_HEADER).decode("utf-8", "replace")
             if ts < window.slack_floor and not (
-                window.unordered_backfill and _header(headers, "snow.phase") == b"backfill"
+                window.unordered_backfill and _header(headers, PHASE_HEADER) == b"backfill"
             ):
                 older_seen = True
             if ts >= window.since:

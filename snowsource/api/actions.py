@@ -20,7 +20,7 @@ from snowsource.api.errors import (
     json_response,
 )
 from snowsource.api.views import StatusViews
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from snowsource.engine.supervisor import ConnectorState, ShuttingDownError
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline

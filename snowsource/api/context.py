@@ -16,11 +16,10 @@ from aiohttp import web
 
 from snowsource.api.control import ConnectorControl
 from snowsource.api.errors import NOT_FOUND_MESSAGE, SHUTTING_DOWN, RestError
-from snowsource.config.settings import Settings
-from snowsource.core.assignment import assign
+from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableStatus
-from snowsource.engine.wiring import connector_specs
+from snowsource.core.table_status import TableStatus
+from snowsource.engine.wiring import connector_specs, table_owners
 from snowsource.runtime.aio import done_before
 
 __all__ = ["WILDCARD_HOSTS", "ApiContext"]
@@ -38,12 +37,7 @@ class ApiContext:
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
         self.all_specs: list[TableSpec] = connector_specs(settings)
-        owners = assign(list(settings.tables), settings.tasks_max)
-        # A delete stream (<alias>.deletes) always belongs to its table's task.
-        self.owners = {
-            spec.alias: owners[spec.base.alias if spec.base else spec.alias]
-            for spec in self.all_specs
-        }
+        self.owners = table_owners(settings)
         # One operator action at a time: a PATCH must never interleave with a resume.
         self.lock = asyncio.Lock()
         # The tables' status when their pollers were last stopped, shown while none runs.

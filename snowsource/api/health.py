@@ -19,8 +19,9 @@ from prometheus_client import generate_latest
 from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import error_response, json_response
+from snowsource.core.table_status import TableState
 from snowsource.engine.failures import failing_seconds
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
 

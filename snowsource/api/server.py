@@ -16,7 +16,7 @@ from snowsource.api.control import ConnectorControl
 from snowsource.api.health import HealthHandlers
 from snowsource.api.offsets import OffsetsHandlers
 from snowsource.api.views import StatusViews
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.observability.redact import register_secret
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource

@@ -20,11 +20,11 @@ from snowsource import __version__
 from snowsource.adapters.kafka import admin_client
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import NO_STATUS_MESSAGE, json_response
-from snowsource.config.settings import redacted_dict
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, decode_value
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableState, TableStatus
+from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine.supervisor import ConnectorState
 from snowsource.engine.wiring import kafka_connection
 from snowsource.observability import build

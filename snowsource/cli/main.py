@@ -118,7 +118,7 @@ def cmd_run(
 ) -> int:
     """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
     from snowsource.cli.run import run_until_signal
-    from snowsource.config.settings import load_config
+    from snowsource.config.loader import load_config
     from snowsource.observability.logs import configure_logging
 
     loaded = load_config(config_path)

@@ -11,7 +11,7 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.engine.supervisor import Daemon
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def _rest(daemon: Daemon) -> AsyncResource:
     # Imported only when the REST API is on: aiohttp's server side and the REST module cost a
     # good part of start-up, and no ServiceNow request should wait for them.
-    from snowsource.api.rest import RestServer  # noqa: PLC0415  (see above)
+    from snowsource.api.server import RestServer  # noqa: PLC0415  (see above)
 
     return RestServer(daemon, daemon.settings)
 

@@ -352,8 +352,10 @@ def _json_kind(value: object) -> str:
 def parse_offsets_document(document: object) -> list[tuple[object, object]]:
     """The ``(partition, offset)`` pairs of a Connect REST body ``{"offsets":[...]}``.
 
-    Checks only the shape (``OffsetError`` otherwise); an empty list is returned as such (a
-    REST PATCH refuses it with Connect's own message, an import of it does nothing).
+    Checks only the shape (``OffsetError`` otherwise): every entry has exactly the keys
+    ``partition`` and ``offset`` (``"offset": null`` is how a reset is asked for, as in
+    Connect). An empty list is returned as such (a REST PATCH refuses it with Connect's own
+    message, an import of it does nothing).
     """
     if not isinstance(document, Mapping):
         raise OffsetError(
@@ -372,7 +374,14 @@ def parse_offsets_document(document: object) -> list[tuple[object, object]]:
         extra = sorted(set(entry) - {"partition", "offset"})
         if extra:
             raise OffsetError(f"offsets[{i}] has unexpected key(s) {', '.join(extra)}")
-        pairs.append((entry["partition"], entry.get("offset")))
+        if "offset" not in entry:
+            # A reset must be asked for: read as null, a dropped or misspelt key would silently
+            # replay the table from start.timestamp.
+            raise OffsetError(
+                f'offsets[{i}] has no "offset" key: give the offset object, or "offset": null '
+                f"to reset the partition"
+            )
+        pairs.append((entry["partition"], entry["offset"]))
     return pairs
 
 

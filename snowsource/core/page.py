@@ -93,12 +93,6 @@ def _field(shaper: RecordShaper, row: dict[str, Any], name: str) -> str | None:
     return value if type(value) is str else shaper.raw(row, name)
 
 
-def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> Position:
-    """A row's cursor position; ``TableFailedError`` naming the row when it has none."""
-    ts, ident = _row_key(spec, shaper, row, set())
-    return Position(ts, ident)
-
-
 def _valid_ts(stamp: str, valid_dates: set[str]) -> bool:
     if _TS_FAST.fullmatch(stamp) is not None and stamp[:10] in valid_dates:
         return True

@@ -45,6 +45,7 @@ from snowsource.core.timestamps import format_ts, parse_ts
 __all__ = [
     "RANGES_PER_SLICE",
     "Backfill",
+    "SliceProgress",
     "SliceRange",
     "Span",
     "seconds_between",
@@ -115,6 +116,18 @@ def split_span(start: Position, hi: str, pieces: int) -> list[Span]:
         spans.append(Span(first, end))
         first = Position(end, "")
     return spans
+
+
+@dataclass(frozen=True)
+class SliceProgress:
+    """The slices' combined progress, for ``/status`` and the gauges."""
+
+    slices_active: int
+    ranges: int
+    rows_read: int
+    rows_ahead: int
+    covered: float  # share of the backfill's seconds read so far, 0..1
+    hi: str
 
 
 class SliceRange:
@@ -243,6 +256,18 @@ class Backfill:
             elif r.read_to is not None:
                 covered += seconds_between(r.start.ts, r.read_to.ts)
         return covered
+
+    def progress(self) -> SliceProgress:
+        """A snapshot of the combined progress."""
+        total = self.total_seconds
+        return SliceProgress(
+            slices_active=self.active(),
+            ranges=len(self.ranges),
+            rows_read=self.rows_read(),
+            rows_ahead=self.ahead(),
+            covered=round(self.covered_seconds() / total, 4) if total else 1.0,
+            hi=self.hi,
+        )
 
     # ------------------------------------------------------------------ work
 

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from snowsource.adapters.kafka import KafkaConnection, KafkaUnavailableError, wait_for_kafka
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.query import normalise_query
 from snowsource.demo import processes

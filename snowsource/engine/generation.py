@@ -12,15 +12,17 @@ from dataclasses import dataclass
 
 import structlog
 
-from snowsource.engine.poller import Poller, TableState
+from snowsource.core.table_status import TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
 
 __all__ = ["Generation", "stop_generation"]
 
 log = structlog.get_logger("snowsource.engine.generation")
 
-# Once the deadline passed and the pollers were cancelled, how long we still wait for them to
-# unwind before abandoning them (cancellation is prompt unless a library swallows it).
+# The end of the deadline kept for the pollers still draining to unwind once cancelled, before
+# they are abandoned (cancellation is prompt unless a library swallows it): a tenth of the
+# time left, at most this much. The drains get the rest.
 CANCEL_GRACE_SECONDS = 1.0
 
 
@@ -36,13 +38,15 @@ class Generation:
 async def stop_generation(generation: Generation, deadline: Deadline) -> list[str]:
     """Stop ``generation`` within ``deadline`` (drain acks, write final offsets, cancel what
     is left at the deadline); one problem per table whose final offset is unwritten."""
-    generation.stop.request(deadline)
+    grace = min(deadline.remaining() / 10, CANCEL_GRACE_SECONDS)
+    drains = deadline.sooner(grace)
+    generation.stop.request(drains)
     task = generation.task
-    await asyncio.wait({task}, timeout=deadline.remaining())
+    await asyncio.wait({task}, timeout=_timeout(drains))
     if not task.done():
         log.warning("shutdown deadline passed; cancelling the pollers still draining")
         task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
+        await asyncio.wait({task}, timeout=_timeout(deadline))
     problems: list[str] = []
     for alias, poller in generation.pollers.items():
         status = poller.status
@@ -55,3 +59,7 @@ async def stop_generation(generation: Generation, deadline: Deadline) -> list[st
             )
             log.warning("poller abandoned at the deadline", table=alias)
     return problems
+
+
+def _timeout(deadline: Deadline) -> float | None:
+    return deadline.remaining() if deadline.bounded else None

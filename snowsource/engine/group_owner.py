@@ -33,11 +33,12 @@ import structlog
 from snowsource.adapters.group_protocol import GroupView, TableAssignor, member_key
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.generation import Generation, stop_generation
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline, StopSignal
 

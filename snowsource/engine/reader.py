@@ -14,7 +14,6 @@ from typing import Any
 
 import structlog
 
-from snowsource.adapters.servicenow import Page
 from snowsource.core.clock import InstanceClock
 from snowsource.core.cursor import Position
 from snowsource.core.errors import (
@@ -25,7 +24,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import clock_probe_params, first_row_params, page_params
+from snowsource.core.tableapi import Page, clock_probe_params, first_row_params, page_params
 from snowsource.engine.clock_probe import observed
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import PageSource

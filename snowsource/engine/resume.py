@@ -191,10 +191,52 @@ async def rebuild_dedup(
         return
     cursor = Position(committed.timestamp, committed.sys_id)
     since = first_sweep_start(cursor, spec.overlap_seconds, spec.start_timestamp).ts
+    began = time.monotonic()
+    result = await _read_back(
+        spec, tail, since, cache.max_entries, stop=stop, retry=retry, required=required, log=log
+    )
+    if result is None:
+        return
+    beyond = not moved_back and _beyond_cursor_is_emitted(
+        result, cursor, written_ms, sliced=spec.backfill_slices > 1
+    )
+    before = cache.evictions_by_cap
+    skipped = 0
+    for record in result.records:
+        produced_after = written_ms is not None and record.produced_ms >= written_ms
+        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
+            cache.remember(record.id, record.ts, record.digest)
+        else:
+            skipped += 1
+    fields = {
+        "topic": spec.topic,
+        "since": since,
+        "records": len(result.records),
+        "ids": len(cache),
+        "rewound": skipped,
+        "scanned": result.scanned,
+        "complete": result.complete,
+        "duration_s": round(time.monotonic() - began, 3),
+    }
+    _log_rebuilt(spec, cache, cache.evictions_by_cap - before, fields, log)
+
+
+async def _read_back(
+    spec: TableSpec,
+    tail: OutputTail,
+    since: str,
+    max_entries: int,
+    *,
+    stop: asyncio.Event,
+    retry: RetryPolicy,
+    required: bool,
+    log: structlog.typing.FilteringBoundLogger,
+) -> TailResult | None:
+    """The table's records of the re-read window, retried until ``stop``; None when Kafka
+    refuses the read and the table may go on without (at least once)."""
     # Earlier restarts re-read one overlap before their own cursor: a record that old may sit
     # after records of the window, so the backward walk may only stop below this floor.
     slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
-    began = time.monotonic()
     # A delete stream's tombstones are on its table's topic, under the table's name.
     base = spec.base
     table = base.name if base is not None else spec.partition.table
@@ -210,14 +252,14 @@ async def rebuild_dedup(
     try:
         async for attempt in retrying(retry, stop, retry_if=is_retriable, on_retry=warn):
             with attempt:
-                result = await _unless_stopped(
+                return await _unless_stopped(
                     tail.read_window(
                         spec.topic,
                         instance=spec.partition.instance,
                         table=table,
                         since=since,
                         slack_floor=slack_floor,
-                        max_scanned=scan_cap(cache.max_entries),
+                        max_scanned=scan_cap(max_entries),
                         deletes=base is not None,
                         unordered_backfill=spec.backfill_slices > 1,
                     ),
@@ -236,41 +278,28 @@ async def rebuild_dedup(
             topic=spec.topic,
             error=repr(exc),
         )
-        return
-    beyond = not moved_back and _beyond_cursor_is_emitted(
-        result, cursor, written_ms, sliced=spec.backfill_slices > 1
-    )
-    before = cache.evictions_by_cap
-    skipped = 0
-    for record in result.records:
-        produced_after = written_ms is not None and record.produced_ms >= written_ms
-        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
-            cache.remember(record.id, record.ts, record.digest)
-        else:
-            skipped += 1
-    evicted = cache.evictions_by_cap - before
-    fields = {
-        "topic": spec.topic,
-        "since": since,
-        "records": len(result.records),
-        "ids": len(cache),
-        "rewound": skipped,
-        "scanned": result.scanned,
-        "complete": result.complete,
-        "duration_s": round(time.monotonic() - began, 3),
-    }
-    if evicted:
-        metrics.DEDUP_EVICTIONS.labels(table=spec.alias).inc(evicted)
-        log.warning(
-            "dedup cache rebuilt from the output topic, but the re-read window holds more ids "
-            "than dedup.max.entries: the oldest may be emitted once more (raise "
-            "dedup.max.entries)",
-            evicted=evicted,
-            max_entries=cache.max_entries,
-            **fields,
-        )
-    else:
+    return None
+
+
+def _log_rebuilt(
+    spec: TableSpec,
+    cache: DedupCache,
+    evicted: int,
+    fields: dict[str, object],
+    log: structlog.typing.FilteringBoundLogger,
+) -> None:
+    if not evicted:
         log.info("dedup cache rebuilt from the output topic", **fields)
+        return
+    metrics.DEDUP_EVICTIONS.labels(table=spec.alias).inc(evicted)
+    log.warning(
+        "dedup cache rebuilt from the output topic, but the re-read window holds more ids "
+        "than dedup.max.entries: the oldest may be emitted once more (raise "
+        "dedup.max.entries)",
+        evicted=evicted,
+        max_entries=cache.max_entries,
+        **fields,
+    )
 
 
 def _beyond_cursor_is_emitted(

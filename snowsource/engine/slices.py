@@ -1,9 +1,11 @@
 """A table's sliced backfill (SPEC §14.2): up to N range pagers, one committed prefix.
 
-The poller hands its first sweep here when the table is backfilling (no offset yet, or an
-offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rules live in
+The poller hands a generation's first sweep here when the table is backfilling (no offset yet,
+or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rules live in
 ``core.slices.Backfill``; this module only runs them:
 
+- the ranges are cut from the window's first row on (one small request), not from
+  ``start.timestamp``;
 - one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
   query restricted to the range, produce each page as it arrives, repeat until nothing is left
   to take or steal;
@@ -11,11 +13,14 @@ offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rule
   allows it, and until the table has a committed offset at all (so a crash never leaves records
   ahead of a table that has no offset: the §13.4 rebuild needs a committed cursor to start from);
 - after each acknowledged page the prefix is recomputed and, when it moved, committed through
-  the table's committer, in cursor order with every other offset of the table. With
+  the generation's committer, in cursor order with every other offset of the table. With
   exactly-once each page's transaction carries the prefix as it stands with that page included.
 
-Pages go through the page budget like the single pager's, taken only once the slice is admitted,
-so a waiting slice holds no page; the HTTP pool grants requests fairly between tables (a table's
+A range is paged by its slice's own loop rather than ``engine.page_stream``: a range continues
+after a short page (ACLs shorten pages; a range has no next sweep to pick up the rest), its end
+may move while a page is in flight (work stealing), and every page waits for the max-ahead gate.
+Pages go through the page budget like the stream's, taken only once the slice is admitted, so a
+waiting slice holds no page; the HTTP pool grants requests fairly between tables (a table's
 slices share its alias as their requester key). On stop every slice stops fetching, lets the page
 it is producing finish within the stop's deadline, and ends; a produce failure ends them all and
 the table restarts from its committed offset, exactly like the single pager.
@@ -24,81 +29,100 @@ the table restarts from its committed offset, exactly like the single pager.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import structlog
 
-from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import PageAck
-from snowsource.core.cursor import Position
-from snowsource.core.dedup import DedupCache
+from snowsource.core.cursor import Position, next_sweep_start, parse_ts
 from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.slices import Backfill, SliceRange
 from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import Page
 from snowsource.engine.budget import PageBudget
-from snowsource.engine.committer import Committer
 from snowsource.engine.delivery import TableDelivery
 from snowsource.engine.reader import TableReader
+from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.streams import StreamHooks
-from snowsource.observability import metrics
+from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import done_before, first_error
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import StoppedError
 
-__all__ = ["SliceTools", "SlicedBackfill"]
+__all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
+
+#: Counts a delivered page and raises what its failure means; returns the records acked.
+Account = Callable[[PagePlan, PageAck | None, SweepCounts, Position], int]
 
 
 @dataclass(frozen=True)
 class SliceTools:
-    """What a poller lends its sliced backfill for one sweep."""
+    """What a poller lends its sliced backfills (built once per poller)."""
 
     spec: TableSpec
     reader: TableReader
     hooks: StreamHooks
-    dedup: DedupCache
-    committer: Committer
     #: A delivery for one slice: a fresh one each (at least once), or the table's own, whose
     #: transactions are one at a time anyway (exactly once).
     delivery: Callable[[], TableDelivery]
-    #: Counts a delivered page and raises what its failure means; returns the records acked.
-    account: Callable[[PagePlan, PageAck | None], int]
-    #: Whether the table has an offset in Kafka (no slice reads ahead of a table without one).
-    anchored: Callable[[], bool]
-    #: Told each new prefix once it is queued for commit (status, lag).
-    on_prefix: Callable[[SourceOffset], None]
+    account: Account
+    recorder: TableRecorder
+    now: Callable[[], datetime]  # instance time, for the lag while backfilling
     stop: StopSignal
     pages: PageBudget | None = None
+
+
+async def sliced_sweep(
+    tools: SliceTools, gen: TableGeneration, start: Position, hi: str
+) -> Position:
+    """A generation's first sweep, read by slices; where the sweep after it starts.
+
+    No wait and no ``stream`` mark after it: the sweep that follows, one pager as in release 2,
+    reads what changed meanwhile and says whether the table is caught up.
+    """
+    backfill = SlicedBackfill(tools, gen, start=start, hi=hi)
+    try:
+        last = await backfill.run()
+    finally:
+        tools.recorder.slices(None)
+    tools.recorder.sweep_ended(caught_up=False)
+    return next_sweep_start(start, last, hi, tools.spec.overlap_seconds)
 
 
 class SlicedBackfill:
     """One sliced backfill sweep of a table, from ``start`` up to ``hi``."""
 
     def __init__(
-        self, tools: SliceTools, *, start: Position, hi: str, committed: Position | None
+        self, tools: SliceTools, gen: TableGeneration, *, start: Position, hi: str
     ) -> None:
         spec = tools.spec
         self._tools = tools
         self._spec = spec
+        self._gen = gen
         self._start = start
-        self.board = self._board(start, hi, committed)
-        self._committed = committed
-        self._last_prefix = committed
+        # Where the table stands: its committed position (its start, with no offset yet).
+        self._committed = gen.cursor
+        self._last_prefix = gen.cursor
+        self.board = self._board(start, hi)
+        self._counts = SweepCounts()
         # Rows older than this are never read again, not even by the stream phase that
         # follows (it starts at HI - overlap): they need no dedup entry.
         self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
         self._waiters: list[asyncio.Future[None]] = []
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
 
-    def _board(self, start: Position, hi: str, committed: Position | None) -> Backfill:
+    def _board(self, start: Position, hi: str) -> Backfill:
         spec = self._spec
         return Backfill(
             start,
             hi,
             slices=spec.backfill_slices,
             max_ahead=spec.backfill_max_ahead_rows,
-            committed=committed,
+            committed=self._committed,
         )
 
     async def run(self) -> Position | None:
@@ -117,8 +141,6 @@ class SlicedBackfill:
                     group.create_task(self._slice(index), name=f"slice:{spec.alias}:{index}")
         except BaseExceptionGroup as failed:
             raise first_error(failed) from None
-        finally:
-            self._gauges()
         if not board.done():
             raise StoppedError("stop requested during the sliced backfill")
         return board.last_read()
@@ -134,7 +156,7 @@ class SlicedBackfill:
             self._spec, self._tools.hooks.shaper, [row], after=start, hi=hi, previous=None
         )[0]
         if ts > start.ts:
-            self.board = self._board(Position(ts, ""), hi, self._committed)
+            self.board = self._board(Position(ts, ""), hi)
 
     # ------------------------------------------------------------------ one slice
 
@@ -145,7 +167,7 @@ class SlicedBackfill:
                 r = self.board.take(index)
                 if r is None:
                     return
-                self._gauges()
+                self._tools.recorder.slices(self.board.progress())
                 await self._read(r, delivery)
         except StoppedError:
             return  # the page in production finished (or ran out of the stop's deadline)
@@ -155,8 +177,7 @@ class SlicedBackfill:
     async def _read(self, r: SliceRange, delivery: TableDelivery) -> None:
         """Page ``r`` until it is finished (read to its end, or its end handed over)."""
         tools, spec, board = self._tools, self._spec, self.board
-        start = r.start if self._committed is None else max(r.start, self._committed)
-        cursor, late_floor = start, start
+        cursor = late_floor = max(r.start, self._committed)
         previous: Position | None = None
         previous_full = False
         while not r.finished:
@@ -170,6 +191,7 @@ class SlicedBackfill:
                 board.cancelled(r, reserved)
                 raise
             try:
+                tools.recorder.page_read(self._counts)
                 rows = page.rows
                 await tools.hooks.prepare(rows)
                 keys = page_positions(
@@ -194,7 +216,9 @@ class SlicedBackfill:
     async def _admitted(self, r: SliceRange, limit: int) -> None:
         """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
         board, tools = self.board, self._tools
-        while not (board.holds_prefix(r) or (tools.anchored() and board.may_fetch(r, limit))):
+        while not board.holds_prefix(r) and not (
+            tools.recorder.status.committed is not None and board.may_fetch(r, limit)
+        ):
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             if not await done_before(waiter, tools.stop.event):
@@ -206,11 +230,9 @@ class SlicedBackfill:
         if tools.pages is not None:
             await tools.pages.acquire()
         fetch = asyncio.ensure_future(tools.reader.page(after, hi))
+        arrived = False
         try:
             arrived = await done_before(fetch, tools.stop.event)
-        except BaseException:
-            arrived = False
-            raise
         finally:
             if not arrived or fetch.exception() is not None:
                 fetch.cancel()
@@ -226,21 +248,20 @@ class SlicedBackfill:
 
     def _plan(
         self,
-        rows: list[dict[str, object]],
-        keys: list[tuple[str, str]],
+        rows: Sequence[dict[str, Any]],
+        keys: Sequence[tuple[str, str]],
         cursor: Position,
         late_floor: Position,
     ) -> PagePlan:
-        tools = self._tools
         return plan_page(
             self._spec,
-            tools.hooks.shaper,
+            self._tools.hooks.shaper,
             rows,
             keys,
             phase="backfill",
             cursor=cursor,
             late_floor=late_floor,
-            dedup=tools.dedup,
+            dedup=self._gen.dedup,
             keep_from=min(keys[-1][0], self._keep_from),
         )
 
@@ -253,7 +274,7 @@ class SlicedBackfill:
             ack = await delivery.deliver_page(plan)
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
-        emitted = self._tools.account(plan, ack)
+        emitted = self._tools.account(plan, ack, self._counts, self._gen.cursor)
         self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
 
     # ------------------------------------------------------------------ the prefix
@@ -269,15 +290,16 @@ class SlicedBackfill:
         )
 
     def _moved(self) -> None:
-        """After a page: commit the prefix when it moved, update the gauges, wake the waiting."""
-        prefix = self.board.prefix()
+        """After a page: commit the prefix when it moved, record progress, wake the waiting."""
+        tools, prefix = self._tools, self.board.prefix()
         if prefix is not None and prefix != self._last_prefix:
             self._last_prefix = prefix
             offset = self._offset(prefix)
             assert offset is not None
-            self._tools.committer.commit_now(offset)
-            self._tools.on_prefix(offset)
-        self._gauges()
+            self._gen.commit(offset)
+            self._gen.cursor = prefix
+            tools.recorder.backfilling((tools.now() - parse_ts(prefix.ts)).total_seconds())
+        tools.recorder.slices(self.board.progress())
         self._wake()
 
     def _wake(self) -> None:
@@ -285,21 +307,3 @@ class SlicedBackfill:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-    def _gauges(self) -> None:
-        alias = self._spec.alias
-        metrics.BACKFILL_SLICES_ACTIVE.labels(table=alias).set(self.board.active())
-        metrics.BACKFILL_ROWS_AHEAD.labels(table=alias).set(self.board.ahead())
-
-    def progress(self) -> dict[str, object]:
-        """Combined progress of the slices, for ``/status``."""
-        board = self.board
-        covered = board.covered_seconds()
-        return {
-            "slices_active": board.active(),
-            "ranges": len(board.ranges),
-            "rows_read": board.rows_read(),
-            "rows_ahead": board.ahead(),
-            "covered": round(covered / board.total_seconds, 4) if board.total_seconds else 1.0,
-            "hi": board.hi,
-        }

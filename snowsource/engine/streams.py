@@ -32,6 +32,7 @@ from snowsource.core.deletes import (
     cap_high_water,
 )
 from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
@@ -42,7 +43,6 @@ from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
-Headers = list[tuple[str, bytes]]
 UPSERT = (OPERATION_HEADER, b"upsert")
 DELETE = (OPERATION_HEADER, b"delete")
 
@@ -69,11 +69,7 @@ class StreamHooks:
         self.spec = spec
         self.shaper = shaper
         # The partition is the one place that says which instance and table a record is from.
-        self.headers: Headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-            UPSERT,
-        ]
+        self.headers: Headers = [*source_headers(spec.partition), UPSERT]
         # A record's own headers after ``snow.timestamp`` and ``snow.phase``; None: none.
         self.record_headers: Callable[[Emit], Headers] | None = None
 
@@ -239,11 +235,7 @@ class DeleteHooks(StreamHooks):
         )
         super().__init__(spec, shaper)
         self._mark = mark
-        self.headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", base.name.encode()),
-            DELETE,
-        ]
+        self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
 
     def cap(self, hi: str) -> str | None:

@@ -30,17 +30,20 @@ from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_tail import TopicTail
-from snowsource.config.settings import Settings, TasksAssignment, redacted_dict
+from snowsource.config.fields import TasksAssignment
+from snowsource.config.models import Settings
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.group_owner import GroupOwner, group_membership
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
@@ -48,10 +51,8 @@ from snowsource.engine.wiring import (
     kafka_connection,
     owned_specs,
     secret_value,
-    snow_auth,
     snow_client,
     table_deliveries,
-    table_spec,
 )
 from snowsource.observability import metrics
 from snowsource.observability.logs import register_secrets
@@ -59,15 +60,7 @@ from snowsource.runtime.aio import done_before, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
 
-__all__ = [
-    "ConnectorState",
-    "Daemon",
-    "ShuttingDownError",
-    "kafka_connection",
-    "owned_specs",
-    "snow_auth",
-    "table_spec",
-]
+__all__ = ["ConnectorState", "Daemon", "ShuttingDownError"]
 
 log = structlog.get_logger("snowsource.engine.supervisor")
 

@@ -36,10 +36,10 @@ from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from snowsource.adapters.kafka import KafkaConnection, is_retriable
 from snowsource.adapters.membership import describe_members
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.page import PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
@@ -61,8 +61,11 @@ from snowsource.runtime.retrying import StoppedError, retrying
 log = structlog.get_logger("snowsource.engine.txn_delivery")
 
 #: How long an abort may take before the producer is discarded instead (a fresh producer's
-#: start aborts the transaction on the broker anyway).
+#: start aborts the transaction on the broker anyway); once stop is requested, no longer than
+#: what is left of its deadline.
 ABORT_SECONDS = 5.0
+#: How long a fenced table may spend naming the other members for its diagnostic (as above).
+DESCRIBE_SECONDS = 5.0
 #: A transaction is aborted by us this long before the broker would time it out, so the
 #: broker's own timeout (which bumps the epoch and looks like fencing) never happens first.
 TIMEOUT_MARGIN_SECONDS = 10.0
@@ -312,7 +315,7 @@ class TransactionalDelivery:
         """Abort; a fence or a refusal of the transactional id fails the table instead."""
         # A transaction the broker timed out bumps the epoch too: only a young one was fenced.
         fenced = is_fenced(error) and self._producer.age() < self._producer.transaction_timeout
-        await self._producer.abort(ABORT_SECONDS)
+        await self._producer.abort(self._stop.deadline.remaining(ABORT_SECONDS))
         if fenced:
             raise await self._fence(error)
         if isinstance(error, TransactionalIdAuthorizationFailed):
@@ -354,7 +357,7 @@ class TransactionalDelivery:
         if self._others is None:
             return []
         try:
-            async with asyncio.timeout(5):
+            async with self._stop.deadline.limit(DESCRIBE_SECONDS):
                 return await self._others()
         except Exception as exc:  # noqa: BLE001 - the fence is reported either way
             self._log.warning("could not describe the consumer group", error=repr(exc))

@@ -9,7 +9,8 @@ from typing import Any
 
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
-from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
+from snowsource.config.fields import AuthType, TasksAssignment
+from snowsource.config.models import Settings, TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
@@ -145,13 +146,20 @@ def owned_specs(settings: Settings) -> list[TableSpec]:
     them this process polls."""
     if settings.tasks_assignment == TasksAssignment.GROUP:
         return connector_specs(settings)
+    owners = table_owners(settings)
+    return [spec for spec in connector_specs(settings) if owners[spec.alias] == settings.task_id]
+
+
+def table_owners(settings: Settings) -> dict[str, int]:
+    """The task that owns each stream with ``tasks.assignment: static`` (SPEC §10), by alias:
+    every configured table, and beside each its delete stream (``<alias>.deletes``), which
+    always runs in its table's task. The one place that says who owns what."""
     owners = assign(list(settings.tables), settings.tasks_max)
-    return [
-        spec
+    return {
+        spec.alias: owners[alias]
         for alias, table in settings.tables.items()
-        if owners[alias] == settings.task_id
         for spec in stream_specs(settings, alias, table)
-    ]
+    }
 
 
 def connector_specs(settings: Settings) -> list[TableSpec]:

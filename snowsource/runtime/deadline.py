@@ -43,6 +43,10 @@ class Deadline:
         left = max(self._at - time.monotonic(), 0.0)
         return left if cap is None else min(left, cap)
 
+    def sooner(self, seconds: float) -> Deadline:
+        """The instant ``seconds`` before this one (``never`` stays ``never``)."""
+        return Deadline(self._at - seconds)
+
     @property
     def expired(self) -> bool:
         """True once the instant has passed."""

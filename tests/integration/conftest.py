@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.emulator import Emulator, serve
 from tests.integration.engine import base_config, settings_from
 from tests.kafka_support import unique

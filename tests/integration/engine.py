@@ -15,9 +15,10 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from snowsource.cli.run import compose
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import parse_key
-from snowsource.engine.poller import TableStatus
+from snowsource.core.table_status import TableStatus
 from snowsource.engine.supervisor import Daemon
 
 

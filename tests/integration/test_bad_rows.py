@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
 from tests.integration.engine import (

@@ -15,7 +15,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from snowsource.cli.check import CheckResult, Status, display_offsets, exit_code, run_checks
-from snowsource.config.settings import LoadedConfig, load_config
+from snowsource.config.loader import LoadedConfig, load_config
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config
 

@@ -24,7 +24,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from snowsource.core.connect_schema import envelope_bytes
+from snowsource.core.connect_schema import envelope
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
@@ -138,7 +138,9 @@ async def test_file_sink_reads_typed_envelopes(
     try:
         for row, value in zip(rows, typed, strict=True):
             await producer.send_and_wait(
-                topic, envelope_bytes(value, f"servicenow.{name}"), key=row["sys_id"].encode()
+                topic,
+                orjson.dumps(envelope(value, f"servicenow.{name}")),
+                key=row["sys_id"].encode(),
             )
     finally:
         await producer.stop()

@@ -18,7 +18,7 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from tests.integration.engine import read_offsets, read_topic
 from tests.kafka_support import REPO, unique
 

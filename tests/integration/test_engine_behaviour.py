@@ -16,8 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import encode_key, kafka_partition_for_key
+from snowsource.core.table_status import TableState
 from snowsource.emulator.clock import parse_stamp
-from snowsource.engine.poller import TableState
 from snowsource.engine.supervisor import Daemon
 from snowsource.observability import metrics
 from tests.conftest import TopicFactory

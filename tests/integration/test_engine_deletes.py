@@ -22,7 +22,7 @@ from snowsource.cli.offsets import amain
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import ACCESS_HINT, delete_partition
 from snowsource.core.offsets_codec import encode_key
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from snowsource.engine.supervisor import ConnectorState, Daemon
 from snowsource.observability import metrics
 from tests.integration.conftest import Env

@@ -12,11 +12,13 @@ import pytest
 from aiohttp import ClientSession
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordSink
+from snowsource.adapters.sink import RecordSink
 from snowsource.cli.run import compose
 from snowsource.core.errors import SnowsourceError
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
+from snowsource.core.table_status import TableState
 from snowsource.engine import supervisor
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, read_topic, running

@@ -9,8 +9,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.adapters.sink import RecordSink
+from snowsource.core.table_status import TableState
 from snowsource.engine import supervisor as daemon_module
-from snowsource.engine.poller import TableState
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,

@@ -19,8 +19,8 @@ import pytest
 
 from snowsource.core.cursor import Position, format_ts
 from snowsource.core.slices import RANGES_PER_SLICE, split_span
+from snowsource.core.table_status import TableStatus
 from snowsource.emulator.clock import parse_stamp
-from snowsource.engine.poller import TableStatus
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (

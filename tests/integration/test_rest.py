@@ -13,14 +13,14 @@ from aiohttp import ClientSession
 from structlog.testing import capture_logs
 
 from snowsource import __version__
-from snowsource.api.rest import (
+from snowsource.api.errors import (
     ALTERED_MESSAGE,
     MUST_BE_STOPPED_MESSAGE,
     NEED_OFFSETS_MESSAGE,
     RESET_MESSAGE,
-    RestServer,
 )
-from snowsource.config.settings import Settings
+from snowsource.api.server import RestServer
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec

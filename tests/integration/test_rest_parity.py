@@ -18,7 +18,7 @@ import pytest
 from aiohttp import ClientSession
 
 from snowsource import __version__
-from snowsource.api.rest import MUST_BE_STOPPED_MESSAGE, NEED_OFFSETS_MESSAGE
+from snowsource.api.errors import MUST_BE_STOPPED_MESSAGE, NEED_OFFSETS_MESSAGE
 from snowsource.engine.supervisor import Daemon
 from snowsource.observability.build import find_commit
 from tests.integration.conftest import Env

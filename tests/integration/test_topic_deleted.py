@@ -11,8 +11,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from structlog.testing import capture_logs
 
+from snowsource.core.table_status import TableState
 from snowsource.engine import topic_watch
-from snowsource.engine.poller import TableState
 from snowsource.engine.supervisor import ConnectorState
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env

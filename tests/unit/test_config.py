@@ -11,17 +11,10 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from snowsource.config.settings import (
-    AuthType,
-    CompressionType,
-    LoadedConfig,
-    LogLevel,
-    SecurityProtocol,
-    Settings,
-    load_config,
-    redacted_dict,
-    resolve_config_path,
-)
+from snowsource.config.fields import AuthType, CompressionType, LogLevel, SecurityProtocol
+from snowsource.config.loader import LoadedConfig, load_config, resolve_config_path
+from snowsource.config.models import Settings
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

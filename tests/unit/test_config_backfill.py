@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.errors import ConfigError
 from snowsource.engine.wiring import table_spec
 

@@ -9,9 +9,10 @@ from typing import Any, cast
 
 from snowsource.adapters.group_protocol import GroupView, MemberReport
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.group_owner import GroupOwner
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
 from tests.integration.engine import poll_until
 

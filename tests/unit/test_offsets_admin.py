@@ -334,10 +334,13 @@ def test_document_shape_errors(document: object, message: str) -> None:
         parse_offsets_document(document)
 
 
-def test_document_pairs_and_missing_offset_means_null() -> None:
+def test_document_pairs_and_a_reset_is_an_explicit_null() -> None:
     p = CHANGE.partition.as_dict()
     assert parse_offsets_document({"offsets": []}) == []
-    assert parse_offsets_document({"offsets": [{"partition": p}]}) == [(p, None)]
+    assert parse_offsets_document({"offsets": [{"partition": p, "offset": None}]}) == [(p, None)]
+    # A dropped "offset" key is no reset: a typo must not replay the table from the start.
+    with pytest.raises(OffsetError, match=r'offsets\[0\] has no "offset" key'):
+        parse_offsets_document({"offsets": [{"partition": p}]})
     assert parse_offsets_document({"offsets": [{"partition": p, "offset": {"a": "b"}}]}) == [
         (p, {"a": "b"})
     ]

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.clock import InstanceClock
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.page import Emit
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table_status import TableState
+from snowsource.core.tableapi import Page
 from snowsource.engine.budget import PageBudget, page_slots
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.engine.ports import PageSource
 from snowsource.runtime.deadline import StopSignal
 from tests.fakes import FakeStore, make_spec

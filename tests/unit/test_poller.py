@@ -24,8 +24,9 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_key, encode_value
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.emulator import Emulator, serve
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
 from tests.fakes import CONNECTOR, FakeSink, FakeStore, make_spec
 

@@ -26,8 +26,9 @@ from snowsource.core.dedup import DedupCache, digest
 from snowsource.core.errors import KafkaSinkError
 from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table_status import TableState
 from snowsource.emulator import Emulator, serve
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.engine.resume import MIN_SCAN, rebuild_dedup, scan_cap
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.retrying import StoppedError

@@ -16,13 +16,14 @@ import orjson
 import pytest
 import yaml
 
-from snowsource.adapters.servicenow import Page
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.deletes import ACCESS_HINT, delete_partition, delete_stream_spec
 from snowsource.core.errors import ConfigError, TableError
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.tableapi import Page
 from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks, stream_hooks
 from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics

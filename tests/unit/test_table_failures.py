@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine import failures
 from snowsource.engine.failures import FailureSource, FailureTracker, failing_seconds
-from snowsource.engine.poller import TableState, TableStatus
 from snowsource.observability import metrics
 from snowsource.observability.redact import register_secret
 from snowsource.runtime.deadline import StopSignal

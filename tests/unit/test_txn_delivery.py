@@ -20,9 +20,9 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourcePartition, encode_key, encode_value
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.txn_id import transactional_id
