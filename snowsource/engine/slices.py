@@ -107,6 +107,7 @@ class SlicedBackfill:
         # Where the table stands: its committed position (its start, with no offset yet).
         self._committed = gen.cursor
         self._last_prefix = gen.cursor
+        self._in_transactions: Position | None = None  # the last prefix a transaction carried
         self.board = self._board(start, hi)
         self._counts = SweepCounts()
         # Rows older than this are never read again, not even by the stream phase that
@@ -270,7 +271,7 @@ class SlicedBackfill:
         ack: PageAck | None = None
         if plan.emits:
             last = plan.emits[-1].position
-            plan.commit_offset = lambda: self._offset(self.board.prefix_if_acked(r, last))
+            plan.commit_offset = lambda: self._transaction_offset(r, last)
             ack = await delivery.deliver_page(plan)
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
@@ -288,6 +289,16 @@ class SlicedBackfill:
             phase="backfill",
             fingerprint=self._spec.partition.query_fingerprint,
         )
+
+    def _transaction_offset(self, r: SliceRange, last: Position) -> SourceOffset | None:
+        """The offset a page's transaction commits: the prefix with this page in, never below
+        what an earlier transaction committed (whose page may not be counted as acked yet)."""
+        position = self.board.prefix_if_acked(r, last)
+        floor = self._in_transactions
+        if floor is not None and (position is None or position < floor):
+            position = floor
+        self._in_transactions = position
+        return self._offset(position)
 
     def _moved(self) -> None:
         """After a page: commit the prefix when it moved, record progress, wake the waiting."""
