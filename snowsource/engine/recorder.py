@@ -111,8 +111,10 @@ class TableRecorder:
         if late:
             metrics.ROWS_LATE.labels(table=alias).inc(late)
 
-    def backfilling(self, lag: float) -> None:
-        """A full page: more rows wait behind it."""
+    def backfilling(self, lag: float, cursor: Position | None = None) -> None:
+        """A full page (or a sliced backfill's prefix moved to ``cursor``): more rows wait."""
+        if cursor is not None:
+            self.status.cursor = cursor
         self.status.caught_up = False
         self.phase("backfill")
         self.lag(max(lag, 0.0))

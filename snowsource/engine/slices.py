@@ -275,8 +275,10 @@ class SlicedBackfill:
             ack = await delivery.deliver_page(plan)
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
-        emitted = self._tools.account(plan, ack, self._counts, self._gen.cursor)
+        emitted = ack.acked if ack is not None else 0
         self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
+        self._moved()  # the prefix first: the status shows the cursor it moved to
+        self._tools.account(plan, ack, self._counts, self._gen.cursor)
 
     # ------------------------------------------------------------------ the prefix
 
@@ -309,7 +311,8 @@ class SlicedBackfill:
             assert offset is not None
             self._gen.commit(offset)
             self._gen.cursor = prefix
-            tools.recorder.backfilling((tools.now() - parse_ts(prefix.ts)).total_seconds())
+            lag = (tools.now() - parse_ts(prefix.ts)).total_seconds()
+            tools.recorder.backfilling(lag, cursor=prefix)
         tools.recorder.slices(self.board.progress())
         self._wake()
 

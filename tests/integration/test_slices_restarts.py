@@ -168,6 +168,12 @@ async def test_a_rest_rewind_into_a_sliced_backfill_re_emits_from_there(env: Env
         await poll_until(lambda: _past(status, to), timeout=60)
         assert status.backfill is not None, "the rewind must land during the sliced backfill"
         url = base_url(daemon)
+        code, state = await call(http, "GET", f"{url}/status")
+        progress = state["tables"]["incident"]["backfill"]
+        assert code == 200
+        assert progress["ranges"] >= 16
+        assert 0 < progress["covered"] < 1
+        assert progress["rows_read"] >= progress["rows_ahead"] >= 0
         assert (await call(http, "PUT", f"{url}/stop"))[0] == 204
         before = len(await read_topic(env.bootstrap, env.topic("incident")))
         body = {"offsets": [{"partition": spec_of(daemon, "incident").partition.as_dict(),
