@@ -161,7 +161,8 @@ def classify(
 
     - 429 -> ``RateLimitedError`` with ``retry_after`` from the header (seconds or HTTP-date).
     - 500 whose error text says "maximum execution time exceeded" -> ``ExecutionTimeExceededError``.
-    - 408, 425, 5xx, redirects, unexpected 2xx -> ``RetriableError``.
+    - 408, 425, 5xx, redirects, unexpected 2xx -> ``RetriableError`` (202: the instance dropped a
+      request queued too long on its session; never a page, SPEC §14.1).
     - 401 -> ``AuthError``.
     - 400, 403, 404 and any other status >= 400 -> ``TableError`` with the envelope's message.
     - 200 with HTML, non-JSON, truncated JSON, or JSON without a ``"result"`` list ->
@@ -178,16 +179,7 @@ def classify(
     said = f": {envelope}" if envelope else ""
 
     if 200 <= status < 300:
-        problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
-        if _EXECUTION_TIME_EXCEEDED in envelope.lower():
-            return ExecutionTimeExceededError(
-                f"{prefix}transaction cancelled by the instance's quota{said}", status=status
-            )
-        return RetriableError(
-            f"{prefix}malformed response (HTTP {status}): "
-            f"{problem or f'unexpected HTTP {status} for a read'}",
-            status=status,
-        )
+        return _not_a_page(status, doc, body, content_type, prefix=prefix, envelope=envelope)
     if 300 <= status < 400:
         return RetriableError(
             f"{prefix}unexpected redirect (HTTP {status}); if it persists, check snow.url "
@@ -210,6 +202,31 @@ def classify(
         kind = "" if envelope or is_json_type(content_type) else " (non-JSON body)"
         return RetriableError(f"{prefix}HTTP {status}{said}{kind}", status=status)
     return _refused(status, prefix=prefix, said=said, token_endpoint=token_endpoint)
+
+
+def _not_a_page(
+    status: int, doc: Any, body: bytes, content_type: str | None, *, prefix: str, envelope: str
+) -> ServiceNowError:
+    """A 2xx that is no usable answer: never a page, always worth asking again (SPEC §14.1)."""
+    if status == 202:
+        # The instance's session synchronizer drops a request queued behind too many others of
+        # the same session (API notes §3.4b): nothing was served, ask again.
+        return RetriableError(
+            f"{prefix}HTTP 202 with no page: the instance dropped the request because too many "
+            f"requests were queued on its session (session synchronization); retrying",
+            status=status,
+        )
+    if _EXECUTION_TIME_EXCEEDED in envelope.lower():
+        said = f": {envelope}" if envelope else ""
+        return ExecutionTimeExceededError(
+            f"{prefix}transaction cancelled by the instance's quota{said}", status=status
+        )
+    problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
+    return RetriableError(
+        f"{prefix}malformed response (HTTP {status}): "
+        f"{problem or f'unexpected HTTP {status} for a read'}",
+        status=status,
+    )
 
 
 def _quota_cancelled(doc: Any, body: bytes, envelope: str) -> bool:

@@ -18,7 +18,19 @@ from snowsource.engine.poller import Poller
 from snowsource.engine.supervisor import ConnectorState
 from snowsource.runtime.deadline import Deadline
 
-__all__ = ["ConnectorControl"]
+__all__ = ["ConnectorControl", "SessionPoolSource"]
+
+
+class _PoolFigures(Protocol):
+    def as_dict(self) -> dict[str, int]: ...
+
+
+class SessionPoolSource(Protocol):
+    """What ``/status`` reads from the ServiceNow client: its session pool's figures."""
+
+    def pool_status(self) -> _PoolFigures | None:
+        """None before the client started and after it closed."""
+        ...
 
 
 class ConnectorControl(Protocol):
@@ -47,6 +59,11 @@ class ConnectorControl(Protocol):
     @property
     def store(self) -> OffsetStore | None:
         """The daemon's offsets store, once open."""
+        ...
+
+    @property
+    def client(self) -> SessionPoolSource | None:
+        """The daemon's ServiceNow client, once open (``/status`` shows its session pool)."""
         ...
 
     @property

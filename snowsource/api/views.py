@@ -157,13 +157,19 @@ class StatusViews:
             if state == ConnectorState.FAILED and trace:
                 task["trace"] = trace
             tasks.append(task)
-        return {
+        document: dict[str, object] = {
             "name": ctx.name,
             "connector": connector,
             "tasks": tasks,
             "type": "source",
             "tables": redact_value(tables),
         }
+        # The session pool of SPEC §14.1: concurrency limit, sessions, requests in flight.
+        client = ctx.daemon.client
+        pool = client.pool_status() if client is not None else None
+        if pool is not None:
+            document["servicenow"] = pool.as_dict()
+        return document
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:
         daemon = self._ctx.daemon

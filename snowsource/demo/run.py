@@ -129,6 +129,8 @@ def _emulator_argv(port: int, options: Options) -> list[str]:
         *("emulator", "--port", str(port), "--tables", ",".join(TABLES)),
         *("--rows", str(options.rows), "--activity", f"{options.activity:g}"),
         *("--latency-ms", f"{options.latency_ms:g}"),
+        # An instance's sessions and nodes (SPEC §14.1): the daemon's session pool at work.
+        *("--session-sync", "--nodes", "2"),
     ]
 
 
@@ -156,8 +158,8 @@ async def demo(options: Options) -> int:
         async with _signals(stop, children), emulator:
             print(
                 f"starting the ServiceNow emulator on {url} (user {EMULATOR_USER}, password "
-                f"{EMULATOR_PASSWORD}), seeding {options.rows:,} rows into each of "
-                f"{', '.join(TABLES)} ..."
+                f"{EMULATOR_PASSWORD}; 2 nodes, one transaction per session), seeding "
+                f"{options.rows:,} rows into each of {', '.join(TABLES)} ..."
             )
             await processes.wait_for_emulator(url, emulator, emulator_log, stop)
             rest_port = free_port()

@@ -26,6 +26,7 @@ from snowsource.emulator.auth import Auth, OAuthClient, User
 from snowsource.emulator.clock import Clock
 from snowsource.emulator.encoded_query import FieldType
 from snowsource.emulator.faults import Faults
+from snowsource.emulator.instance import InstanceModel
 from snowsource.emulator.journal import Journal, Request
 from snowsource.emulator.mutations import RowWrites
 from snowsource.emulator.ratelimit import RateLimiter, RateLimitRule
@@ -78,6 +79,7 @@ class Emulator(RowWrites, AccessRules):
         self.faults = Faults()
         self.journal = Journal()
         self.rate_limiter = RateLimiter()
+        self.instance = InstanceModel()  # sessions, nodes, semaphores: off until configure()
         self.system_tz = ZoneInfo(system_tz)
         #: glide.invalid_query.returns_no_rows
         self.invalid_query_returns_no_rows = False

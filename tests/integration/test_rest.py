@@ -178,6 +178,13 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         assert table["cursor"] == {"timestamp": last["sys_updated_on"], "sys_id": last["sys_id"]}
         assert table["last_error"] is None
         assert isinstance(table["lag_seconds"], float)
+        # The session pool (SPEC §14.1), as the instance-modelling emulator answered it.
+        pool = state["servicenow"]
+        assert (pool["max_concurrent_requests"], pool["requests_per_session"]) == (8, 1)
+        assert pool["concurrency_limit"] == 8
+        assert 1 <= pool["sessions_open"] <= 8
+        assert 1 <= pool["sessions_opened"] <= env.emu.instance.statistics()["sessions_opened"]
+        assert 0 <= pool["requests_in_flight"] <= 8
 
         status, expanded = await call(
             http, "GET", f"{root}/connectors?expand=status&expand=info&expand=bogus"

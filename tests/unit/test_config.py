@@ -173,6 +173,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "connect.timeout.ms": 10000,
         "request.timeout.ms": 60000,
         "max.concurrent.requests": 8,
+        "requests.per.session": 1,
         "retry.initial.backoff.ms": 500,
         "retry.max.backoff.ms": 30000,
         "max.response.bytes": 67108864,
@@ -346,6 +347,18 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         {("snow", "http", "max.concurrent.requests"): 0},
         "snow.http.max.concurrent.requests",
         "greater than 0",
+    ),
+    (
+        "per-session-high",
+        {("snow", "http", "requests.per.session"): 3},
+        "snow.http.requests.per.session",
+        "less than or equal to 2",
+    ),
+    (
+        "per-session-zero",
+        {("snow", "http", "requests.per.session"): 0},
+        "snow.http.requests.per.session",
+        "greater than or equal to 1",
     ),
     (
         "backoff",
