@@ -60,16 +60,6 @@ Account = Callable[[PagePlan, PageAck | None, SweepCounts, Position], int]
 
 
 @dataclass(frozen=True)
-class _Fetch:
-    """A page asked for: its request, its window and the rows reserved for it at the gate."""
-
-    task: asyncio.Task[tuple[Page, int]]
-    after: Position
-    hi: str
-    reserved: int
-
-
-@dataclass(frozen=True)
 class SliceTools:
     """What a poller lends its sliced backfills (built once per poller)."""
 
@@ -186,114 +176,72 @@ class SlicedBackfill:
             self._wake()
 
     async def _read(self, r: SliceRange, delivery: TableDelivery) -> None:
-        """Page ``r`` until it is finished (read to its end, or its end handed over).
-
-        The next page is fetched while the current one is delivered, when the gate allows it
-        at that moment (else it is asked for, waiting at the gate, once this one is done).
-        """
+        """Page ``r`` until it is finished (read to its end, or its end handed over)."""
         tools, spec, board = self._tools, self._spec, self.board
         cursor = late_floor = max(r.start, self._committed)
         previous: Position | None = None
         previous_full = False
-        ahead: _Fetch | None = None
-        try:
-            while not r.finished:
-                fetch = ahead or await self._next(r, r.after)
-                ahead = None
-                page, limit = await self._arrival(r, fetch)
-                try:
-                    tools.recorder.page_read(self._counts)
-                    rows = page.rows
-                    await tools.hooks.prepare(rows)
-                    keys = page_positions(
-                        spec, tools.hooks.shaper, rows, after=fetch.after, hi=fetch.hi,
-                        previous=previous,
-                    )  # fmt: skip
-                    keep = board.arrived(r, keys, fetch.reserved)
-                    if not keys and (previous_full or previous is None):
-                        # A range's first page says nothing came before it: an empty one may
-                        # be a page of rows the user cannot read (ACLs apply after the limit).
-                        await tools.reader.check_hidden(fetch.after, fetch.hi)
-                    previous_full = len(keys) >= limit
-                    if keep:
-                        previous = Position(*keys[keep - 1])
-                        ahead = self._prefetch(r, previous)
-                        plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
-                        del page, rows
-                        cursor = plan.cursor or cursor
-                        await self._deliver(r, plan, delivery)
-                finally:
-                    self._release()
-                self._moved()
-        finally:
-            if ahead is not None:
-                await self._abandon(r, ahead)
-
-    async def _next(self, r: SliceRange, after: Position) -> _Fetch:
-        """Ask for ``r``'s page after ``after`` once the gate admits it."""
-        reserved = self._tools.reader.sizer.size
-        await self._admitted(r, reserved)
-        return self._ask(r, after, reserved)
-
-    def _prefetch(self, r: SliceRange, after: Position) -> _Fetch | None:
-        """The next page of ``r`` asked for now, if the gate admits it without waiting."""
-        reserved = self._tools.reader.sizer.size
-        if r.finished or self._tools.stop.is_set() or not self._may_fetch(r, reserved):
-            return None
-        return self._ask(r, after, reserved)
-
-    def _ask(self, r: SliceRange, after: Position, reserved: int) -> _Fetch:
-        self.board.reserve(r, reserved)
-        task = asyncio.create_task(self._get(after, r.hi), name=f"fetch:{self._spec.alias}")
-        return _Fetch(task, after, r.hi, reserved)
-
-    def _may_fetch(self, r: SliceRange, limit: int) -> bool:
-        board = self.board
-        return board.holds_prefix(r) or (
-            self._tools.recorder.status.committed is not None and board.may_fetch(r, limit)
-        )
+        while not r.finished:
+            reserved = tools.reader.sizer.size
+            await self._admitted(r, reserved)
+            after, hi = r.after, r.hi
+            board.reserve(r, reserved)
+            try:
+                page, limit = await self._fetch(after, hi)
+            except BaseException:
+                board.cancelled(r, reserved)
+                raise
+            try:
+                tools.recorder.page_read(self._counts)
+                rows = page.rows
+                await tools.hooks.prepare(rows)
+                keys = page_positions(
+                    spec, tools.hooks.shaper, rows, after=after, hi=hi, previous=previous
+                )
+                keep = board.arrived(r, keys, reserved)
+                if not keys and (previous_full or previous is None):
+                    # A range's first page says nothing came before it: an empty one may be a
+                    # page of rows the user cannot read (ACLs apply after sysparm_limit).
+                    await tools.reader.check_hidden(after, hi)
+                if keep:
+                    plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
+                    del page, rows
+                    cursor = plan.cursor or cursor
+                    await self._deliver(r, plan, delivery)
+                    previous = Position(*keys[keep - 1])
+                previous_full = len(keys) >= limit
+            finally:
+                self._release()
+            self._moved()
 
     async def _admitted(self, r: SliceRange, limit: int) -> None:
         """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
-        while not self._may_fetch(r, limit):
+        board, tools = self.board, self._tools
+        while not board.holds_prefix(r) and not (
+            tools.recorder.status.committed is not None and board.may_fetch(r, limit)
+        ):
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            if not await done_before(waiter, self._tools.stop.event):
+            if not await done_before(waiter, tools.stop.event):
                 raise StoppedError("stop requested")
 
-    async def _get(self, after: Position, hi: str) -> tuple[Page, int]:
-        """A page, once the page budget has room; the slot goes with the page."""
-        pages = self._tools.pages
-        if pages is None:
-            return await self._tools.reader.page(after, hi)
-        await pages.acquire()
+    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
+        """A page, once the page budget has room; abandoned at once when stop is requested."""
+        tools = self._tools
+        if tools.pages is not None:
+            await tools.pages.acquire()
+        fetch = asyncio.ensure_future(tools.reader.page(after, hi))
+        arrived = False
         try:
-            return await self._tools.reader.page(after, hi)
-        except BaseException:
-            pages.release()
-            raise
-
-    async def _arrival(self, r: SliceRange, fetch: _Fetch) -> tuple[Page, int]:
-        """The page a fetch returns; abandoned at once when stop is requested."""
-        try:
-            arrived = await done_before(fetch.task, self._tools.stop.event)
-        except BaseException:
-            await self._abandon(r, fetch)
-            raise
+            arrived = await done_before(fetch, tools.stop.event)
+        finally:
+            if not arrived or fetch.exception() is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                self._release()
         if not arrived:
-            await self._abandon(r, fetch)
             raise StoppedError("stop requested")
-        if fetch.task.exception() is not None:
-            self.board.cancelled(r, fetch.reserved)  # its slot went back in _get
-        return fetch.task.result()
-
-    async def _abandon(self, r: SliceRange, fetch: _Fetch) -> None:
-        """Cancel a fetch nobody will read; its slot and its reservation go back."""
-        fetch.task.cancel()
-        await asyncio.gather(fetch.task, return_exceptions=True)
-        if not fetch.task.cancelled() and fetch.task.exception() is None:
-            self._release()  # it arrived before the cancel
-        self.board.cancelled(r, fetch.reserved)
+        return fetch.result()
 
     def _release(self) -> None:
         if self._tools.pages is not None:
