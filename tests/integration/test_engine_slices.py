@@ -70,7 +70,7 @@ async def _backfill(
     async with running(settings) as daemon:
         # An ACL-short page ends one pager's sweep early; the sweeps after it read on.
         await poll_until(functools.partial(_keys_are, env, visible), timeout=120, interval=0.5)
-        await sweeps_after(daemon, "incident", 2)
+        await sweeps_after(daemon, "incident", 2, timeout=90)
         await poll_until(committed_stream(daemon, "incident"), timeout=90)
     records = await read_topic(env.bootstrap, env.topic("incident"))
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
