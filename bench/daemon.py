@@ -33,6 +33,7 @@ from bench.procstat import cpu_seconds, memory_mib
 class DaemonRun:
     """What one daemon run measured."""
 
+    name: str  # the connector name: its topics are ``<name>.<table>``
     rows: int
     wall: float  # first request -> every row in Kafka
     cpu: float  # daemon CPU seconds over ``wall``
@@ -45,10 +46,17 @@ class DaemonRun:
 
 
 def config(
-    emulator_url: str, bootstrap: str, tables: list[str], name: str, batch: int
+    emulator_url: str,
+    bootstrap: str,
+    tables: list[str],
+    name: str,
+    batch: int,
+    *,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A default configuration, apart from what a benchmark must pin."""
+    """A default configuration, apart from what a benchmark must pin (and ``extra`` keys)."""
     return {
+        **(extra or {}),
         "name": name,
         "snow": {
             "url": emulator_url,
@@ -107,6 +115,7 @@ async def run_daemon(
     batch: int = 1000,
     within: float = 3600.0,
     on_first_page: Callable[[], Awaitable[None]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> DaemonRun:
     """Run the daemon until ``expected_rows`` records are in its topics; then stop it.
 
@@ -115,7 +124,8 @@ async def run_daemon(
     name = f"bench-{uuid.uuid4().hex[:8]}"
     topics = [f"{name}.{t}" for t in tables]
     path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config(emulator_url, bootstrap, tables, name, batch)))
+    document = config(emulator_url, bootstrap, tables, name, batch, extra=extra)
+    path.write_text(yaml.safe_dump(document))
     log_path = workdir / f"{name}.log"
     async with aiohttp.ClientSession() as session:
         before = await _stats(session, control)
@@ -219,6 +229,7 @@ async def _measure(
     finally:
         await consumer.stop()
     return DaemonRun(
+        name=log_path.stem,
         rows=expected_rows,
         wall=done - first_page,
         cpu=cpu,

@@ -3,7 +3,8 @@
     python -m bench [--quick] [--runs N] [--case NAME ...] [--bootstrap HOST:PORT] [--json PATH]
 
 ``--case 8x20k@250ms-sessions`` runs only the real-instance concurrency case (bench/sessions.py);
-the full suite runs it after its other cases.
+the full suite runs it after its other cases. ``--case 1x200k@250ms-slices`` runs the parallel
+backfill case (bench/slices.py), which the full suite leaves out (it takes minutes).
 
 For each case one emulator process is seeded; then, N times each, (a) the bare pager, (b) bare
 aiokafka produce (and the sink's batch path, b'), (c) the daemon. Each figure is printed as the
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos, sessions
+from bench import eos, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -207,6 +208,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
             for name in args.case:
                 print(eos.table(eos.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))))
+        return
+    if args.case and set(args.case) <= set(slices.CASES):  # parallel backfill of one table
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = slices.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(slices.table(result))
         return
     if args.case and set(args.case) <= set(sessions.CASES):  # real-instance concurrency
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:

@@ -41,7 +41,12 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
-from snowsource.core.outbound import INSTANCE_HEADER, TABLE_HEADER, TIMESTAMP_HEADER
+from snowsource.core.outbound import (
+    INSTANCE_HEADER,
+    PHASE_HEADER,
+    TABLE_HEADER,
+    TIMESTAMP_HEADER,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +92,9 @@ class _Window:
     since: str
     slack_floor: str
     deletes: bool = False  # a delete stream's window: its tombstones, by audit row
+    # Backfill records of a sliced backfill are not in cursor order (SPEC §14.2): their age
+    # says nothing about what lies before them, so they never end the backward walk.
+    unordered_backfill: bool = False
 
 
 class TopicTail:
@@ -105,6 +113,7 @@ class TopicTail:
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult:
         """:func:`read_window` on this connection."""
         return await read_window(
@@ -116,6 +125,7 @@ class TopicTail:
             slack_floor=slack_floor,
             max_scanned=max_scanned,
             deletes=deletes,
+            unordered_backfill=unordered_backfill,
         )
 
 
@@ -138,6 +148,7 @@ async def read_window(
     first_step: int = FIRST_STEP,
     deletes: bool = False,
     stall_seconds: float = STALL_SECONDS,
+    unordered_backfill: bool = False,
 ) -> TailResult:
     """This table's records in ``topic`` with ``snow.timestamp >= since``, read_committed.
 
@@ -151,8 +162,13 @@ async def read_window(
     producer's open transaction must not hide this table's records committed after it began.
     A partition whose position stands still for ``stall_seconds`` raises
     :class:`TailStalledError` (retriable) instead of returning a partial window.
+
+    With ``unordered_backfill`` only ``stream``-phase records end the walk (``max_scanned``
+    still bounds it): a sliced backfill produces its ranges side by side.
     """
-    window = _Window(instance.encode(), table.encode(), since, slack_floor, deletes)
+    window = _Window(
+        instance.encode(), table.encode(), since, slack_floor, deletes, unordered_backfill
+    )
     async with admin_client(conn) as admin:
         count = (await existing_topics(admin, [topic])).get(topic, 0)
     if count == 0:
@@ -259,12 +275,23 @@ class _RangeReader:
                 ts = self._match(record)
                 if ts is None:
                     continue
-                older_seen = older_seen or (ts < self._window.slack_floor and self._own(record))
+                older_seen = older_seen or (
+                    ts < self._window.slack_floor and self._ends_walk(record)
+                )
+
                 if ts >= self._window.since:
                     emitted = _emitted(record, ts=ts, window=self._window)
                     if emitted is not None:
                         chunk.append(emitted)
         return chunk, older_seen, count
+
+    def _ends_walk(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Whether a record older than the slack floor ends the backward walk: one of this
+        stream's own, and not from a sliced backfill (its ranges are written side by side, so
+        only its stream-phase records say where the window starts)."""
+        if self._window.unordered_backfill and _header(record.headers, PHASE_HEADER) == b"backfill":
+            return False
+        return self._own(record)
 
     def _own(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         """Whether the record follows this stream's cursor. A table's topic also holds its

@@ -8,6 +8,7 @@ would start it and the counters of its last run. Every text in it passes through
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -236,4 +237,6 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
         "rows_late": status.rows_late,
         "pages": status.pages,
         "sweeps": status.sweeps,
+        # The slices' combined progress while a sliced backfill runs (SPEC §14.2).
+        "backfill": dataclasses.asdict(status.backfill) if status.backfill else None,
     }

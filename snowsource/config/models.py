@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from snowsource.config.fields import (
     TABLE_NAME_RE,
     AuthType,
+    BackfillSlices,
     BatchSize,
     BrokerDefaultInt,
     CompressionType,
@@ -199,6 +200,8 @@ class TableConfig(Section):
     safety_lag_seconds: NonNegativeInt = 2
     value_format: ValueFormatKey = ValueFormat.STRING
     value_schema: ValueSchemaKey = ValueSchema.NONE
+    backfill_slices: BackfillSlices = 4
+    backfill_max_ahead_rows: PositiveInt = 50000
     # The key of this table under snow.tables: not a YAML key, filled in by SnowConfig.
     alias: str = Field("", exclude=True)
 
@@ -258,6 +261,15 @@ class TableConfig(Section):
                     )
                 ]
             )
+        return self
+
+    @model_validator(mode="after")
+    def _slices_can_read_ahead(self) -> TableConfig:
+        # Below one page the slices after the first could never fetch: a silent 1-slice backfill.
+        if self.backfill_slices > 1 and self.backfill_max_ahead_rows < self.batch_size:
+            why = f"must be at least batch.size ({self.batch_size}) with backfill.slices > 1"
+            fix = "or no slice but the first could fetch a page: raise it, or set slices to 1"
+            raise problems_error([("backfill.max.ahead.rows", f"{why}, {fix}")])
         return self
 
     @property
@@ -444,6 +456,8 @@ INHERITED_BY_TABLES: Final = (
     "safety.lag.seconds",
     "value.format",
     "value.schema",
+    "backfill.slices",
+    "backfill.max.ahead.rows",
 )
 _DEFAULT_TOPIC_PREFIX: Final = "servicenow."
 
@@ -483,6 +497,8 @@ class Settings(BaseSettings):
     safety_lag_seconds: NonNegativeInt = 2
     value_format: ValueFormatKey = ValueFormat.STRING
     value_schema: ValueSchemaKey = ValueSchema.NONE
+    backfill_slices: BackfillSlices = 4
+    backfill_max_ahead_rows: PositiveInt = 50000
     dedup_max_entries: PositiveInt = 200000
     shutdown_timeout_seconds: PositiveFloat = 30.0
     health_unready_after_seconds: PositiveFloat = 300.0
@@ -593,6 +609,8 @@ def _root_adapters() -> dict[str, TypeAdapter[Any]]:
         "safety.lag.seconds": TypeAdapter(NonNegativeInt),
         "value.format": TypeAdapter(ValueFormatKey),
         "value.schema": TypeAdapter(ValueSchemaKey),
+        "backfill.slices": TypeAdapter(BackfillSlices),
+        "backfill.max.ahead.rows": TypeAdapter(PositiveInt),
         "topic.prefix": TypeAdapter(TopicPrefix),
     }
 

@@ -17,7 +17,7 @@ by remembering them.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,9 @@ class PagePlan:
     late: int = 0
     last: Position | None = None  # position of the page's last row (where the next page starts)
     cursor: Position | None = None  # the cursor after the page (only emitted rows move it)
+    # The offset a transaction carrying this page commits, asked for at its commit; when unset,
+    # the last record's (a sliced backfill commits its prefix instead, SPEC §14.2).
+    commit_offset: Callable[[], SourceOffset | None] | None = None
 
 
 def _field(shaper: RecordShaper, row: dict[str, Any], name: str) -> str | None:

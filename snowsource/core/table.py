@@ -34,6 +34,9 @@ class TableSpec:
     value_format: str = "string"  # "string" | "typed"
     value_schema: str = "none"  # "none" | "connect"
     deletes: bool = False  # the table has a delete stream (``deletes: audit``)
+    # Parallel backfill (SPEC §14.2): concurrent range pagers, rows read ahead of the prefix.
+    backfill_slices: int = 1
+    backfill_max_ahead_rows: int = 50000
     # Set on a delete stream only: the table whose deletes it reads.
     base: TableSpec | None = None
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.slices import SliceProgress
 
 
 class TableState(StrEnum):
@@ -43,6 +44,7 @@ class TableStatus:
     sweeps: int = 0
     caught_up: bool = False
     window_start: str | None = None  # where this generation started reading, for progress bars
+    backfill: SliceProgress | None = None  # the sliced backfill's progress while it runs
     hi: str | None = None  # high-water mark of the current sweep
     # Set when a drain ended before every acknowledged offset was written (deadline, outage).
     unfinished: str | None = None

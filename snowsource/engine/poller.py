@@ -9,7 +9,8 @@ FAILED with a diagnostic and ``run`` returns. It reads top to bottom:
    a process restart. A generation (``engine.table_generation``) is built fresh from the
    committed offset and sweeps beside its committer in one ``asyncio.TaskGroup``.
 2. A sweep fixes a high-water mark ``HI`` and reads one page stream (``engine.page_stream``) up
-   to it; the next page is fetched while the current one is delivered.
+   to it; the next page is fetched while the current one is delivered. A backfilling table's
+   first sweep is read by several range pagers instead (``engine.slices``, SPEC §14.2).
 3. Each page: the decision (``core.page``), the delivery (``engine.delivery``: at most one page
    per table unacknowledged), and the commit of the acknowledged prefix's last offset.
 4. Stop (or a produce failure) drains: the outstanding acks and the final offset write, within
@@ -42,6 +43,7 @@ from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
+from snowsource.engine.slices import SliceTools, sliced_sweep
 from snowsource.engine.streams import StreamHooks, TableHooks
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import first_error, sleep_or_stop
@@ -91,6 +93,13 @@ class Poller:
         self._reader = TableReader(
             spec, client, retry=retry, stop=stop.event, log=self._log, failures=self._failures
         )
+        deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
+        self._slices = SliceTools(
+            spec, self._reader, self._hooks, account=self._account, recorder=self._recorder,
+            # One transactional producer per table: its pages take turns anyway.
+            delivery=lambda: self._delivery if self._delivery.exactly_once else deliveries(),
+            now=clock.now, stop=stop, pages=pages,
+        )  # fmt: skip
         self._recorder.state(TableState.STARTING)
 
     # ------------------------------------------------------------------ 1. generations
@@ -180,6 +189,10 @@ class Poller:
         start: Position | None = gen.start
         while start is not None and not self._stop.is_set():
             hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
+            if hi is not None and gen.sliced:
+                gen.sliced = False
+                start = await sliced_sweep(self._slices, gen, start, hi)
+                continue
             # No HI: a delete stream whose table has not completed a sweep yet.
             if hi is not None and (start := await self._sweep(gen, start, hi)) is None:
                 return
@@ -277,8 +290,15 @@ class Poller:
             # Only the contiguous acknowledged prefix: an unacknowledged record holds back
             # every later offset of the table.
             gen.commit(plan.emits[emitted - 1].offset)
+        self._account(plan, ack, counts, plan.cursor)
+
+    def _account(
+        self, plan: PagePlan, ack: PageAck | None, counts: SweepCounts, cursor: Position
+    ) -> int:
+        """Count a delivered page; raise what a refused record means. The records acked."""
+        emitted = ack.acked if ack is not None else 0
         self._recorder.page_delivered(
-            counts, plan.cursor, emitted=emitted, suppressed=plan.suppressed, late=plan.late
+            counts, cursor, emitted=emitted, suppressed=plan.suppressed, late=plan.late
         )
         if ack is not None and (failure := ack.failure) is not None:
             self._recorder.produce_errors(ack.records - ack.acked)
@@ -288,6 +308,7 @@ class Poller:
                     f"{self.spec.describe}: row {row}: Kafka refused the record: {failure.error}"
                 )
             raise _ProduceFailedError(f"row {row}: {failure.error!r}")
+        return emitted
 
     def _page_done(self, gen: TableGeneration, plan: PagePlan, keep_from: str) -> None:
         self._failures.succeeded(FailureSource.KAFKA)

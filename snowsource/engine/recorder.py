@@ -13,6 +13,7 @@ import structlog
 
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.slices import SliceProgress
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.observability import metrics
 
@@ -110,11 +111,22 @@ class TableRecorder:
         if late:
             metrics.ROWS_LATE.labels(table=alias).inc(late)
 
-    def backfilling(self, lag: float) -> None:
-        """A full page: more rows wait behind it."""
+    def backfilling(self, lag: float, cursor: Position | None = None) -> None:
+        """A full page (or a sliced backfill's prefix moved to ``cursor``): more rows wait."""
+        if cursor is not None:
+            self.status.cursor = cursor
         self.status.caught_up = False
         self.phase("backfill")
         self.lag(max(lag, 0.0))
+
+    def slices(self, progress: SliceProgress | None) -> None:
+        """The sliced backfill's progress (``None`` once it ended): status and gauges."""
+        self.status.backfill = progress
+        alias = self._alias
+        metrics.BACKFILL_SLICES_ACTIVE.labels(table=alias).set(
+            progress.slices_active if progress else 0
+        )
+        metrics.BACKFILL_ROWS_AHEAD.labels(table=alias).set(progress.rows_ahead if progress else 0)
 
     def produce_errors(self, records: int) -> None:
         metrics.PRODUCE_ERRORS.labels(table=self._alias).inc(records)

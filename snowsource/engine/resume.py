@@ -59,6 +59,7 @@ class OutputTail(Protocol):
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult: ...
 
 
@@ -199,7 +200,9 @@ async def rebuild_dedup(
         return
     if required and not result.complete:
         raise _incomplete(spec, result, cache.max_entries)
-    beyond = not moved_back and _beyond_cursor_is_emitted(result, cursor, written_ms)
+    beyond = not moved_back and _beyond_cursor_is_emitted(
+        result, cursor, written_ms, sliced=spec.backfill_slices > 1
+    )
     before = cache.evictions_by_cap
     skipped = 0
     for record in result.records:
@@ -261,6 +264,7 @@ async def _read_back(
                         slack_floor=slack_floor,
                         max_scanned=scan_cap(max_entries),
                         deletes=base is not None,
+                        unordered_backfill=spec.backfill_slices > 1,
                     ),
                     stop,
                 )
@@ -312,14 +316,25 @@ def _log_rebuilt(
     )
 
 
-def _beyond_cursor_is_emitted(result: TailResult, cursor: Position, written_ms: int | None) -> bool:
+def _beyond_cursor_is_emitted(
+    result: TailResult, cursor: Position, written_ms: int | None, *, sliced: bool = False
+) -> bool:
     """True when the committed offset was written by the daemon right after producing its own
-    row (so every record after the cursor is a crash's leftover, not a rewound range)."""
+    row (so every record after the cursor is a crash's leftover, not a rewound range).
+
+    A sliced backfill commits its prefix when an acknowledgement moves it, and that ack may be
+    of another range's page: then any record of the window produced just before the write
+    shows the daemon wrote it (an operator's change has no such record: the daemon was
+    stopped, and ``moved_back`` tells a rewind apart).
+    """
     if written_ms is None or not cursor.id:
         return False
     for record in result.records:
-        if record.id == cursor.id and record.ts == cursor.ts:
-            return 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS
+        if sliced or (record.id == cursor.id and record.ts == cursor.ts):
+            if 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS:
+                return True
+            if not sliced:
+                return False
     return False
 
 

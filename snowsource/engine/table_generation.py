@@ -48,6 +48,11 @@ class TableGeneration:
         # Rows below this may have been emitted before the restart (the dedup cache is empty
         # now), so only rows between it and the cursor can be told apart as late commits.
         self.late_floor = self.cursor
+        # A backfill reads its first sweep with several range pagers (SPEC §14.2); a table that
+        # was caught up resumes with one: slicing its overlap window gains nothing.
+        self.sliced = spec.backfill_slices > 1 and (
+            committed is None or committed.phase == "backfill"
+        )
         self.dedup = DedupCache(spec.dedup_max_entries)
         self.committer = Committer(offsets, spec.partition, stop, recorder.committed)
         self._committed = committed

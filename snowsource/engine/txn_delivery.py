@@ -232,7 +232,15 @@ class TransactionalDelivery:
         if self._stop.revoked():
             return None  # group mode, after a stall: the table's new owner fenced this one
         transaction = asyncio.ensure_future(self._page_transaction(plan))
-        if not await self._stop.finish(transaction):
+        try:
+            finished = await self._stop.finish(transaction)
+        except asyncio.CancelledError:
+            # A sibling slice failed and the table's task group cancels this one: the
+            # transaction must not outlive it with nobody to read how it ended.
+            transaction.cancel()
+            await asyncio.gather(transaction, return_exceptions=True)
+            raise
+        if not finished:
             # Stopping and out of time: the producer's close aborts what is still open.
             transaction.cancel()
             await asyncio.gather(transaction, return_exceptions=True)
@@ -262,10 +270,10 @@ class TransactionalDelivery:
     # ---------------------------------------------------------------- transactions
 
     async def _page_transaction(self, plan: PagePlan) -> PageAck | None:
-        offset = plan.emits[-1].offset
-        value = encode_value(offset)
-        assert value is not None
         async with self._lock:
+            # Asked only now, when the transactions before this one are committed.
+            offset = plan.commit_offset() if plan.commit_offset else plan.emits[-1].offset
+            value = encode_value(offset) if offset is not None else None
             if self._fenced is not None:
                 raise self._fenced
             try:
@@ -281,7 +289,8 @@ class TransactionalDelivery:
                     if ack.failure is not None:
                         await self._failed(ack.failure.error)
                         return PageAck(records=ack.records, acked=0, failure=ack.failure)
-                    await (await self._producer.send_offset(self._key, value))
+                    if value is not None:
+                        await (await self._producer.send_offset(self._key, value))
                     await self._producer.commit()
             except (KafkaError, TimeoutError, OSError) as exc:
                 await self._failed(exc)
@@ -290,7 +299,8 @@ class TransactionalDelivery:
                     acked=0,
                     failure=RecordFailure(0, self._aborted(exc), fatal=False),
                 )
-            self._committed(offset, value)
+            if offset is not None and value is not None:
+                self._committed(offset, value)
             return ack
 
     async def _offset_transaction(self, offset: SourceOffset, limit: Deadline) -> None:

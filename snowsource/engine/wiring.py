@@ -158,6 +158,8 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         value_format=str(table.value_format),
         value_schema=str(table.value_schema),
         deletes=str(table.deletes) == "audit",
+        backfill_slices=table.backfill_slices,
+        backfill_max_ahead_rows=table.backfill_max_ahead_rows,
     )
 
 

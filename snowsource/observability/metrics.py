@@ -104,6 +104,18 @@ READY = Gauge(
     "1 when GET /health/ready would answer 200, 0 otherwise; evaluated at each scrape",
     registry=REGISTRY,
 )
+BACKFILL_SLICES_ACTIVE = Gauge(
+    "snowsource_backfill_slices_active",
+    "Slices of the table's parallel backfill reading a range now (0 outside a sliced backfill)",
+    ["table"],
+    registry=REGISTRY,
+)
+BACKFILL_ROWS_AHEAD = Gauge(
+    "snowsource_backfill_rows_ahead",
+    "Rows the backfill's slices read past the committed prefix (bounded by max.ahead.rows)",
+    ["table"],
+    registry=REGISTRY,
+)
 SNOW_CONCURRENCY_LIMIT = Gauge(
     "snowsource_servicenow_concurrency_limit",
     "Requests the process may have in flight to ServiceNow now (AIMD, at most "
@@ -155,6 +167,8 @@ ALL_METRIC_NAMES = (
     "snowsource_table_consecutive_failures",
     "snowsource_offset_commit_seconds",
     "snowsource_ready",
+    "snowsource_backfill_slices_active",
+    "snowsource_backfill_rows_ahead",
     "snowsource_servicenow_concurrency_limit",
     "snowsource_servicenow_sessions_open",
     "snowsource_servicenow_requests_in_flight",

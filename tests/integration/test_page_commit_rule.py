@@ -51,7 +51,9 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
         env.tmp_path / "kill9-page.yaml",
         env.document(
             {"incident": {"name": "incident"}},
-            **{"batch.size": BATCH, "topic.creation.partitions": 3},
+            # One pager: the page choreography below is the single page stream's (slices have
+            # their own kill -9 tests in test_slices_restarts.py).
+            **{"batch.size": BATCH, "topic.creation.partitions": 3, "backfill.slices": 1},
         ),
     )
     log = env.tmp_path / "kill9-page.log"

@@ -148,6 +148,8 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "overlap.seconds": 10,
         "safety.lag.seconds": 2,
         "dedup.max.entries": 200000,
+        "backfill.slices": 4,
+        "backfill.max.ahead.rows": 50000,
         "shutdown.timeout.seconds": 30,
         "topic.prefix": "servicenow.",
         "topic.creation.enable": True,
@@ -199,6 +201,8 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "safety.lag.seconds": 2,
         "value.format": "string",
         "value.schema": "none",
+        "backfill.slices": 4,
+        "backfill.max.ahead.rows": 50000,
     }
     assert dumped["kafka"] == {
         "bootstrap.servers": "localhost:9092",

@@ -66,7 +66,11 @@ class FakeTail:
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult:
+        del (
+            unordered_backfill
+        )  # what the real tail does with it: tests/integration/test_topic_tail.py
         self.calls.append(
             Call(
                 topic,
