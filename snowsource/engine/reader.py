@@ -77,11 +77,15 @@ class TableReader:
         probe = clock_probe_params(self._spec)
         await observed(clock, lambda: self._request(lambda: probe, sizing=False), stop=self._stop)
 
-    async def check_hidden(self, after: Position, hi: str) -> None:
-        """An empty page after a full one: are rows there that the user may not read?"""
+    async def check_hidden(self, after: Position, hi: str, *, at_least: int = 1) -> None:
+        """An empty page after a full one: are rows there that the user may not read?
+
+        ``at_least`` is how many matching rows make the empty page a stuck one: a slice's first
+        page that came back empty with fewer matches than its limit was simply short (every
+        match was in it, hidden), so nothing readable can follow it in that range."""
         params = page_params(self._spec, after, hi, 1, count=True)
         page = await self._request(lambda: params, sizing=False)
-        if page.total_count and not page.rows:
+        if (page.total_count or 0) >= max(at_least, 1) and not page.rows:
             raise TableFailedError(
                 f"{self._spec.describe}: {page.total_count} row(s) after "
                 f"{after.ts}/{after.id or '-'} match the query but none is readable by the "

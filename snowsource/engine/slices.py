@@ -201,8 +201,11 @@ class SlicedBackfill:
                 keep = board.arrived(r, keys, reserved)
                 if not keys and (previous_full or previous is None):
                     # A range's first page says nothing came before it: an empty one may be a
-                    # page of rows the user cannot read (ACLs apply after sysparm_limit).
-                    await tools.reader.check_hidden(after, hi)
+                    # page of rows the user cannot read (ACLs apply after sysparm_limit); it is
+                    # stuck only when a whole page of matches was hidden.
+                    await tools.reader.check_hidden(
+                        after, hi, at_least=1 if previous_full else limit
+                    )
                 if keep:
                     plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
                     del page, rows
