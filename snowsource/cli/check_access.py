@@ -14,7 +14,7 @@ from typing import Final
 from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import Deletes, TableConfig, ValueFormat
+from snowsource.config.settings import TableConfig, ValueFormat
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_FIELDS, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 
@@ -36,7 +36,7 @@ def _dictionary_name(alias: str) -> str:
 
 
 def _wants_deletes(table: TableConfig) -> bool:
-    return table.deletes is Deletes.AUDIT
+    return table.deletes.audit
 
 
 def _wants_typed(table: TableConfig) -> bool:

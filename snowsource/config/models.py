@@ -68,6 +68,7 @@ from snowsource.config.fields import (
     ValueSchemaKey,
     case_insensitive,
     check_servers,
+    deletes_modes,
     display_value_word,
     empty_to_none,
     join_servers,
@@ -189,7 +190,11 @@ class TableConfig(Section):
     display_value: Annotated[DisplayValue, BeforeValidator(display_value_word)] = "false"
     exclude_reference_link: bool = True
     start_timestamp: StartTimestamp = "1970-01-01 00:00:00"
-    deletes: Annotated[Deletes, case_insensitive(Deletes)] = Deletes.NONE
+    deletes: Annotated[Deletes, BeforeValidator(deletes_modes)] = Deletes.NONE
+    reconcile_interval_seconds: PositiveInt = 86400
+    journal: bool = False
+    # None: ``<topic>.journal`` (journal_output_topic).
+    journal_topic: TopicName | None = None
     batch_size: BatchSize = 1000
     poll_interval_ms: PositiveInt = 5000
     overlap_seconds: NonNegativeInt = 10
@@ -223,17 +228,43 @@ class TableConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _audit_needs_the_table_itself(self) -> TableConfig:
+    def _derived_streams_need_the_table_itself(self) -> TableConfig:
         # sys_audit_delete records deletions of tables; a view's rows are never deleted as
-        # such, and its documentkey would not be the view's prefixed id.
-        if self.deletes is Deletes.AUDIT and self.id_field != "sys_id":
+        # such, its documentkey would not be the view's prefixed id, a key sweep pages sys_id
+        # and journal rows point at a record's sys_id.
+        if self.id_field == "sys_id":
+            return self
+        view = f"a table read through a database view (id.field is {self.id_field!r}, not 'sys_id')"
+        found: list[tuple[str, str]] = []
+        if self.deletes is not Deletes.NONE:
+            found.append(
+                (
+                    "deletes",
+                    f"{self.deletes.value} is not possible for {view}: use deletes: none, or "
+                    "add an alias for the base table itself with the deletes mode you want",
+                )
+            )
+        if self.journal:
+            found.append(
+                (
+                    "journal",
+                    f"true is not possible for {view}: use journal: false, or add an alias for "
+                    "the base table itself with journal: true",
+                )
+            )
+        if found:
+            raise problems_error(found)
+        return self
+
+    @model_validator(mode="after")
+    def _journal_topic_needs_journal(self) -> TableConfig:
+        if self.journal_topic is not None and not self.journal:
             raise problems_error(
                 [
                     (
-                        "deletes",
-                        f"audit is not possible for a table read through a database view "
-                        f"(id.field is {self.id_field!r}, not 'sys_id'): use deletes: none, or "
-                        "add an alias for the base table itself with deletes: audit",
+                        "journal.topic",
+                        "is set but journal is false: set journal: true to stream the "
+                        "table's comments and work notes, or remove journal.topic",
                     )
                 ]
             )
@@ -256,6 +287,11 @@ class TableConfig(Section):
                 ]
             )
         return self
+
+    @property
+    def journal_output_topic(self) -> str:
+        """Where the journal stream writes: ``journal.topic``, by default ``<topic>.journal``."""
+        return self.journal_topic or f"{self.topic}.journal"
 
     @property
     def start_datetime(self) -> datetime:

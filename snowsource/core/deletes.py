@@ -83,6 +83,9 @@ def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
         value_format="string",
         value_schema="none",
         deletes=False,
+        reconcile=False,
+        journal=False,
+        stream="deletes",
         base=table,
     )
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from snowsource.core.offsets_codec import SourcePartition
+
+StreamKind = Literal["table", "deletes", "reconcile", "journal"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,12 @@ class TableSpec:
     value_format: str = "string"  # "string" | "typed"
     value_schema: str = "none"  # "none" | "connect"
     deletes: bool = False  # the table has a delete stream (``deletes: audit``)
-    # Set on a delete stream only: the table whose deletes it reads.
+    reconcile: bool = False  # the table has a key sweep (``deletes: reconcile``)
+    reconcile_interval_seconds: float = 86400.0
+    journal: bool = False  # the table has a journal stream (``journal: true``)
+    # What this spec streams: the table itself, or one of its derived streams.
+    stream: StreamKind = "table"
+    # Set on a derived stream only: the table whose deletes, keys or journal it reads.
     base: TableSpec | None = None
 
     @property

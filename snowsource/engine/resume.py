@@ -195,7 +195,7 @@ async def rebuild_dedup(
     slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
     began = time.monotonic()
     # A delete stream's tombstones are on its table's topic, under the table's name.
-    base = spec.base
+    base = spec.base if spec.stream == "deletes" else None
     table = base.name if base is not None else spec.partition.table
 
     def warn(attempt: Attempt, delay: float) -> None:

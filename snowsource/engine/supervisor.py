@@ -29,10 +29,12 @@ from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.adapters.topic_keys import TopicKeys
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.settings import Settings, TasksAssignment, redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
+from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget, page_slots
@@ -41,6 +43,7 @@ from snowsource.engine.delivery import PageDelivery
 from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.group_owner import GroupOwner, group_membership
 from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
@@ -101,8 +104,11 @@ class Daemon:
         *,
         api: ApiFactory | None = None,
         allow_full_replay: bool = False,
+        reconcile_page_size: int = KEY_PAGE_SIZE,
     ) -> None:
         self.settings = settings
+        # sys_ids per key-sweep page: SPEC §14.3's 10,000 (tests give a smaller one).
+        self.reconcile_page_size = reconcile_page_size
         self.allow_full_replay = allow_full_replay
         self.specs = owned_specs(settings)
         self.clock = InstanceClock()
@@ -424,19 +430,24 @@ class Daemon:
         hooks = stream_hooks(specs, client=self.client, retry=self._retry, stop=stop.event)
         pollers: dict[str, Poller] = {}
         for spec in specs:
-            poller = Poller(
-                spec,
-                client=self.client,
-                sink=self.sink,
-                store=self.store,
-                clock=self.clock,
-                retry=self._retry,
-                stop=stop,
-                hooks=hooks[spec.alias],
-                pages=pages,
-                tail=TopicTail(self._conn),
-                delivery=self.deliveries.factory(spec) if self.deliveries else PageDelivery,
-            )
+            common: dict[str, Any] = {
+                "client": self.client,
+                "sink": self.sink,
+                "store": self.store,
+                "clock": self.clock,
+                "retry": self._retry,
+                "stop": stop,
+                "hooks": hooks[spec.alias],
+                "pages": pages,
+                "tail": TopicTail(self._conn),
+                "delivery": self.deliveries.factory(spec) if self.deliveries else PageDelivery,
+            }
+            if spec.stream == "reconcile":
+                poller: Poller = ReconcilePoller(
+                    spec, keys=TopicKeys(self._conn), page_size=self.reconcile_page_size, **common
+                )
+            else:
+                poller = Poller(spec, **common)
             pollers[spec.alias] = poller
             problem = self.topic_problems.get(spec.topic)
             if problem:

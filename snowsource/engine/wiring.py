@@ -12,8 +12,10 @@ from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Au
 from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
 from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
+from snowsource.core.journal import journal_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
+from snowsource.core.reconcile import reconcile_spec
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.txn_delivery import (
@@ -124,16 +126,26 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         legacy_partition=legacy_partition_for(**common),
         value_format=str(table.value_format),
         value_schema=str(table.value_schema),
-        deletes=str(table.deletes) == "audit",
+        deletes=table.deletes.audit,
+        reconcile=table.deletes.reconcile,
+        reconcile_interval_seconds=float(table.reconcile_interval_seconds),
+        journal=table.journal,
     )
 
 
 def stream_specs(settings: Settings, alias: str, table: TableConfig) -> list[TableSpec]:
-    """The table's spec, followed by its delete stream's with ``deletes: audit``."""
+    """The table's spec, followed by those of its derived streams: the delete stream
+    (``deletes: audit``), the key sweep (``deletes: reconcile``) and the journal stream."""
     spec = table_spec(settings, alias, table)
-    if not spec.deletes:
-        return [spec]
-    return [spec, delete_stream_spec(spec, snow_url=settings.snow.url)]
+    url = settings.snow.url
+    specs = [spec]
+    if spec.deletes:
+        specs.append(delete_stream_spec(spec, snow_url=url))
+    if spec.reconcile:
+        specs.append(reconcile_spec(spec, snow_url=url))
+    if spec.journal:
+        specs.append(journal_stream_spec(spec, snow_url=url, topic=table.journal_output_topic))
+    return specs
 
 
 def owned_specs(settings: Settings) -> list[TableSpec]:

@@ -93,6 +93,13 @@ VALUES_UNPARSED = Counter(
     ["table"],
     registry=REGISTRY,
 )
+RECONCILE_MISSING = Gauge(
+    "snowsource_reconcile_missing_keys",
+    "Keys the last key sweep found missing: side=instance (live in Kafka, gone from the "
+    "instance: tombstoned), side=kafka (in the instance, not live in the topic)",
+    ["table", "side"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -114,6 +121,7 @@ ALL_METRIC_NAMES = (
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
+    "snowsource_reconcile_missing_keys",
 )
 
 
