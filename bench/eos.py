@@ -31,6 +31,7 @@ import aiohttp
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.case import Case, Emulator
 from bench.daemon import config
 from bench.procstat import cpu_seconds, memory_mib
 
@@ -129,8 +130,6 @@ async def run_mode(
 
 def run_case(name: str, runs: int, bootstrap: str, workdir: Path) -> dict[str, Any]:
     """Every run of one exactly-once case, both modes, raw."""
-    from bench.suite import Case, Emulator  # noqa: PLC0415 - the suite imports this module
-
     tables = CASES[name]
     emulator = Emulator(Case(name, tables))
     out: dict[str, Any] = {"case": name, "rows": sum(n for _, n in tables)}

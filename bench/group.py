@@ -33,9 +33,9 @@ from typing import Any
 import yaml
 from aiokafka import AIOKafkaConsumer
 
+from bench.case import Case, Emulator
 from bench.daemon import _command, _rows_in_kafka, config
 from bench.procstat import cpu_seconds
-from bench.suite import Case, Emulator
 
 TABLES = 9
 

@@ -24,24 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench import eos
+from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
-from bench.procstat import cpu_seconds
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One benchmark setting: tables with row counts, and the emulator's added latency."""
-
-    name: str
-    tables: tuple[tuple[str, int], ...]
-    latency_ms: float = 0.0
-
-    @property
-    def rows(self) -> int:
-        return sum(n for _, n in self.tables)
 
 
 def _many(count: int, rows: int) -> tuple[tuple[str, int], ...]:
@@ -64,38 +49,6 @@ QUICK = (
     Case("50x200", _many(50, 200)),
     Case("1x50k", (("incident", 50_000),)),
 )
-
-
-class Emulator:
-    """The emulator process of one case."""
-
-    def __init__(self, case: Case) -> None:
-        args = [sys.executable, "-m", "bench.emulator_proc", "--latency-ms", str(case.latency_ms)]
-        for table, rows in case.tables:
-            args += ["--table", f"{table}={rows}"]
-        self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the emulator process exited before it was ready")
-        ready = orjson.loads(line)
-        self.url: str = ready["url"]
-        self.control: str = ready["control"]
-        self.seed_seconds: float = ready["seed_seconds"]
-        self.index_seconds: float = ready["index_seconds"]
-
-    def cpu(self) -> float:
-        """The emulator process's CPU seconds so far."""
-        return cpu_seconds(self.process.pid)
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def _child(*args: str) -> dict[str, float]:

@@ -1,9 +1,10 @@
-"""The ServiceNow Table API client: one HTTP session, authentication, and error classification.
+"""The ServiceNow Table API client: its session pool, authentication, and error classification.
 
 - ``classify`` (``snow_classify``) is the one place an HTTP answer becomes an error class (SPEC §9).
 - ``ServiceNowClient`` makes exactly one attempt per call (plus one token refresh and retry on a
   401 with OAuth2); retrying is the caller's policy (``snowsource.core.retry``). One client, and so
-  one concurrency semaphore, is shared by every table of the process: the limit is per instance.
+  one session pool (``session_pool``: sticky sessions, the AIMD limit, round-robin grants across
+  requesters), is shared by every table of the process: the limit is per instance (SPEC §14.1).
 - Secrets (passwords, client secrets, API keys, tokens) never appear in an exception message or
   in anything the client logs; an ``Authorization`` header is only ever handed to aiohttp. The
   client registers each with the redactor (tokens as soon as they are issued), and every message
@@ -14,20 +15,27 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
 import aiohttp
-from pydantic import SecretStr
 
 from snowsource import __version__
+from snowsource.adapters.session_pool import SESSION_COOKIE, Lease, PoolStatus, SessionPool
+from snowsource.adapters.snow_auth import (
+    ApiKeyAuth,
+    Auth,
+    Authenticator,
+    BasicAuth,
+    FormAnswer,
+    OAuth2Auth,
+    register_auth_secrets,
+)
 from snowsource.adapters.snow_classify import (
     Invalid,
     classify,
@@ -37,13 +45,14 @@ from snowsource.adapters.snow_classify import (
     rows_or_none,
 )
 from snowsource.core.errors import (
-    AuthError,
     ConfigError,
     ResponseTooLargeError,
     RetriableError,
     ServiceNowError,
 )
-from snowsource.observability.redact import redact, register_credentials, register_secret
+from snowsource.core.grants import Priority
+from snowsource.observability import metrics
+from snowsource.observability.redact import redact
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
@@ -52,6 +61,8 @@ __all__ = [
     "BasicAuth",
     "OAuth2Auth",
     "Page",
+    "PoolStatus",
+    "Priority",
     "ServiceNowClient",
     "classify",
     "parse_retry_after",
@@ -62,58 +73,11 @@ from snowsource.runtime.resource import AsyncResource
 USER_AGENT: Final = f"snowsource/{__version__}"
 TABLE_API_PATH: Final = "/api/now/v2/table/"
 
-# A token is renewed this long before the instance says it expires, so a request never leaves
-# with a token that dies in flight; capped at half the lifetime for very short-lived tokens.
-TOKEN_RENEW_MARGIN_SECONDS: Final = 60.0
-# ServiceNow's default access-token lifetime, used when the token response omits expires_in.
-DEFAULT_TOKEN_LIFETIME_SECONDS: Final = 1800.0
 #: ``snow.http.max.response.bytes``: a larger Table API body is refused without being read.
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 # An error answer is only classified and quoted, never parsed for rows: its first MiB is plenty.
 _ERROR_BODY_LIMIT: Final = 1024 * 1024
 _READ_CHUNK: Final = 64 * 1024
-
-
-# --------------------------------------------------------------------------------------------
-# Authentication settings
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BasicAuth:
-    """HTTP basic authentication as ``username``."""
-
-    username: str
-    password: SecretStr
-
-
-@dataclass(frozen=True)
-class OAuth2Auth:
-    """OAuth2 bearer tokens from the instance's token endpoint (``{base_url}/oauth_token.do``).
-
-    ``username``/``password`` are required for the ``password`` grant and ignored otherwise.
-    """
-
-    grant_type: Literal["client_credentials", "password"]
-    client_id: str
-    client_secret: SecretStr
-    token_url: str | None = None
-    username: str | None = None
-    password: SecretStr | None = None
-
-    def __post_init__(self) -> None:
-        if self.grant_type == "password" and (self.username is None or self.password is None):
-            raise ValueError("the OAuth2 password grant needs a username and a password")
-
-
-@dataclass(frozen=True)
-class ApiKeyAuth:
-    """A ServiceNow API key, sent as the ``x-sn-apikey`` header."""
-
-    api_key: SecretStr
-
-
-Auth = BasicAuth | OAuth2Auth | ApiKeyAuth | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,13 +124,6 @@ class _Response:
     elapsed: float
 
 
-@dataclass(frozen=True)
-class _Token:
-    access: str
-    refresh: str | None
-    renew_at: float  # time.monotonic() after which the token is renewed before use
-
-
 class ServiceNowClient(AsyncResource):
     """Async client for the Table API of one instance; an async context manager.
 
@@ -174,6 +131,9 @@ class ServiceNowClient(AsyncResource):
     included (the instance clock, SPEC §5). ``on_response`` receives ``(table, status, seconds)``
     for every attempt, for metrics: ``status`` is 0 when no response arrived (timeout,
     connection error) and ``table`` is the request path for ``get_json``.
+
+    Requests go out through the session pool: at most ``max_concurrent_requests`` at a time, over
+    at most ``ceil(max_concurrent_requests / requests_per_session)`` sticky sessions.
     """
 
     def __init__(
@@ -184,6 +144,7 @@ class ServiceNowClient(AsyncResource):
         connect_timeout: float = 10,
         request_timeout: float = 60,
         max_concurrent_requests: int = 8,
+        requests_per_session: int = 1,
         proxy: str | None = None,
         ca_file: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
@@ -192,6 +153,8 @@ class ServiceNowClient(AsyncResource):
     ) -> None:
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
+        if requests_per_session < 1:
+            raise ValueError("requests_per_session must be >= 1")
         if max_response_bytes < 1:
             raise ValueError("max_response_bytes must be >= 1")
         # Messages name URLs, so no URL may carry credentials (they belong in ``auth``).
@@ -199,37 +162,37 @@ class ServiceNowClient(AsyncResource):
             if url is not None and "@" in urlsplit(url).netloc:
                 raise ValueError(f"{what} must not contain credentials (user:password@)")
         self._base_url = base_url.rstrip("/")
-        self._auth = auth
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_concurrent = max_concurrent_requests
+        self._per_session = requests_per_session
         self._proxy = proxy
         self._ca_file = ca_file
         self._max_response_bytes = max_response_bytes
         self._on_date = on_date
         self._on_response = on_response
-        self._semaphore = asyncio.Semaphore(max_concurrent_requests)
+        self._connector: aiohttp.TCPConnector | None = None
+        self._pool: SessionPool | None = None
+        # The token endpoint keeps no cookie: a token request must not open a pool session.
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
-        self._token: _Token | None = None
-        self._token_lock = asyncio.Lock()
-        self._token_url = (
-            (auth.token_url or f"{self._base_url}/oauth_token.do")
-            if isinstance(auth, OAuth2Auth)
-            else None
-        )
-        _register_auth_secrets(auth, proxy)
+        self._auth = Authenticator(auth, base_url=self._base_url, post=self._post_form)
+        register_auth_secrets(auth, proxy)
 
     @property
     def base_url(self) -> str:
         """The instance URL without a trailing slash."""
         return self._base_url
 
+    def pool_status(self) -> PoolStatus | None:
+        """The session pool now (limit, sessions, in flight); None before start and after close."""
+        return self._pool.status() if self._pool is not None else None
+
     async def start(self) -> None:
-        """Open the HTTP session (``async with client:`` does it)."""
+        """Open the connector and the session pool (``async with client:`` does it)."""
         if self._closed:
             raise RuntimeError("ServiceNowClient cannot be reopened after close()")
-        if self._session is None:
+        if self._pool is None:
             ssl_option: ssl.SSLContext | bool = True
             if self._ca_file is not None:
                 ssl_option = ssl.create_default_context()
@@ -240,23 +203,40 @@ class ServiceNowClient(AsyncResource):
                     raise ConfigError(
                         [("snow.http.ca.file", f"cannot load CA bundle {self._ca_file}: {exc}")]
                     ) from None
-            connector = aiohttp.TCPConnector(ssl=ssl_option, limit=self._max_concurrent + 1)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(
-                    total=self._request_timeout, sock_connect=self._connect_timeout
-                ),
-                headers={"Accept": "application/json", "User-Agent": USER_AGENT},
-                trust_env=False,
+            # One connection per request in flight, plus one for the token endpoint.
+            self._connector = aiohttp.TCPConnector(ssl=ssl_option, limit=self._max_concurrent + 1)
+            self._session = self._client_session(aiohttp.DummyCookieJar())
+            self._pool = SessionPool(
+                self._client_session,
+                max_concurrent_requests=self._max_concurrent,
+                requests_per_session=self._per_session,
             )
 
+    def _client_session(self, jar: aiohttp.abc.AbstractCookieJar) -> aiohttp.ClientSession:
+        """A client session over the shared connector, with its own cookie jar."""
+        return aiohttp.ClientSession(
+            connector=self._connector,
+            connector_owner=False,
+            cookie_jar=jar,
+            timeout=aiohttp.ClientTimeout(
+                total=self._request_timeout, sock_connect=self._connect_timeout
+            ),
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+            trust_env=False,
+        )
+
     async def close(self, deadline: Deadline | None = None) -> None:
-        """Close the HTTP session; safe to call more than once."""
-        del deadline  # closing a session does not wait on the network
+        """Close the pool's sessions and the connector; safe to call more than once."""
         self._closed = True
+        pool, self._pool = self._pool, None
         session, self._session = self._session, None
+        connector, self._connector = self._connector, None
+        if pool is not None:
+            await pool.close(deadline)
         if session is not None:
             await session.close()
+        if connector is not None:
+            await connector.close()
 
     async def aclose(self) -> None:
         """``close()``, under the name aiohttp users expect."""
@@ -265,20 +245,34 @@ class ServiceNowClient(AsyncResource):
     # ---- public requests ----------------------------------------------------------------
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        requester: str | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> Page:
         """``GET /api/now/v2/table/{table}`` once; the rows, or the classified error raised.
 
-        Timeouts and connection errors raise ``RetriableError``. With OAuth2 a 401 refreshes the
+        Timeouts and connection errors raise ``RetriableError``, and so does any 2xx that is not
+        a page (a 202, a 200 without a JSON ``result`` list). With OAuth2 a 401 refreshes the
         token and retries once; a second 401 raises ``AuthError``. ``label`` (default: the
         table) is what ``on_response`` reports, e.g. the table's alias for metrics.
+        ``requester`` (default: the label) is whose turn the request takes in the pool: every
+        concurrent reader of one table passes the table's alias and shares its turn.
         """
         url = f"{self._base_url}{TABLE_API_PATH}{quote(table, safe='')}"
-        response = await self._request(label or table, url, params)
+        label = label or table
+        response = await self._request(label, url, params, requester or label, priority)
         rows = (
             rows_or_none(response.body, response.content_type) if response.status == 200 else None
         )
         if rows is None:
+            if 200 <= response.status < 300:
+                metrics.SNOW_NON_PAGE_RESPONSES.labels(
+                    table=label, status=str(response.status)
+                ).inc()
             raise self._classify(response, url)
         total: int | None = None
         if response.total_count is not None:
@@ -294,15 +288,23 @@ class ServiceNowClient(AsyncResource):
             elapsed=response.elapsed,
         )
 
-    async def get_json(self, path: str, params: Mapping[str, str]) -> Any:
+    async def get_json(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        requester: str | None = None,
+        priority: Priority = Priority.NORMAL,
+    ) -> Any:
         """``GET {base_url}{path}`` once and return the decoded JSON document (for probes).
 
         Errors as for ``get_page``; any 200 JSON document is accepted (no ``result`` list needed).
+        ``requester`` (default: the path) and ``priority`` as for ``get_page``.
         """
         if not path.startswith("/"):
             path = "/" + path
         url = f"{self._base_url}{path}"
-        response = await self._request(path, url, params)
+        response = await self._request(path, url, params, requester or path, priority)
         if response.status == 200 and is_json_type(response.content_type):
             doc = loads(response.body)
             if not isinstance(doc, Invalid):
@@ -327,21 +329,30 @@ class ServiceNowClient(AsyncResource):
             raise RuntimeError(f"ServiceNowClient is {state}")
         return self._session
 
-    async def _request(self, label: str, url: str, params: Mapping[str, str]) -> _Response:
-        session = self._require_session()
+    async def _request(
+        self,
+        label: str,
+        url: str,
+        params: Mapping[str, str],
+        requester: str,
+        priority: Priority,
+    ) -> _Response:
+        self._require_session()
+        assert self._pool is not None
         query = dict(params)
-        async with self._semaphore:
-            headers, token = await self._auth_headers(stale=None)
-            response = await self._send(session, label, url, query, headers)
-            if response.status == 401 and isinstance(self._auth, OAuth2Auth):
-                # The token may have been revoked or expired early: renew it once and retry.
-                headers, _ = await self._auth_headers(stale=token)
-                response = await self._send(session, label, url, query, headers)
+        async with self._pool.lease(requester, priority) as lease:
+            headers, token = await self._auth.headers(stale=None)
+            response = await self._send(lease, label, url, query, headers)
+            if response.status == 401 and self._auth.refreshes_tokens:
+                # The token may have been revoked or expired early: renew it once and retry
+                # (in a new session: the pool dropped the refused one's cookies).
+                headers, _ = await self._auth.headers(stale=token)
+                response = await self._send(lease, label, url, query, headers)
         return response
 
     async def _send(
         self,
-        session: aiohttp.ClientSession,
+        lease: Lease,
         label: str,
         url: str,
         query: dict[str, str],
@@ -349,9 +360,17 @@ class ServiceNowClient(AsyncResource):
     ) -> _Response:
         started = time.monotonic()
         try:
-            async with session.get(
+            async with lease.session.get(
                 url, params=query, headers=headers, proxy=self._proxy, allow_redirects=False
             ) as resp:
+                session_cookie = resp.cookies.get(SESSION_COOKIE)
+                assert self._pool is not None
+                self._pool.answered(
+                    lease,
+                    resp.status,
+                    session_id=session_cookie.value if session_cookie is not None else None,
+                    retry_after=bool(resp.headers.get("Retry-After", "").strip()),
+                )
                 body = await self._read_body(resp, f"GET {url}", label, started)
                 result = _Response(
                     status=resp.status,
@@ -425,137 +444,20 @@ class ServiceNowClient(AsyncResource):
             status=resp.status,
         )
 
-    # ---- authentication -----------------------------------------------------------------
-
-    async def _auth_headers(self, *, stale: str | None) -> tuple[dict[str, str], str | None]:
-        """Headers authenticating one request, and the bearer token used (OAuth2 only).
-
-        ``stale`` is a token the instance just refused: it is never handed out again.
-        """
-        auth = self._auth
-        if auth is None:
-            return {}, None
-        if isinstance(auth, BasicAuth):
-            encoded = aiohttp.encode_basic_auth(auth.username, auth.password.get_secret_value())
-            return {"Authorization": encoded}, None
-        if isinstance(auth, ApiKeyAuth):
-            return {"x-sn-apikey": auth.api_key.get_secret_value()}, None
-        token = await self._bearer(auth, stale=stale)
-        return {"Authorization": f"Bearer {token}"}, token
-
-    def _usable(self, token: _Token | None, stale: str | None) -> bool:
-        return token is not None and token.access != stale and time.monotonic() < token.renew_at
-
-    async def _bearer(self, auth: OAuth2Auth, *, stale: str | None) -> str:
-        token = self._token
-        if token is not None and self._usable(token, stale):
-            return token.access
-        # Single flight: concurrent callers queue here and reuse the token the first one got.
-        async with self._token_lock:
-            token = self._token
-            if token is not None and self._usable(token, stale):
-                return token.access
-            self._token = await self._new_token(auth, token)
-            return self._token.access
-
-    async def _new_token(self, auth: OAuth2Auth, previous: _Token | None) -> _Token:
-        if previous is not None and previous.refresh:
-            try:
-                return await self._token_request(
-                    auth,
-                    {
-                        "grant_type": "refresh_token",
-                        "refresh_token": previous.refresh,
-                        "client_id": auth.client_id,
-                        "client_secret": auth.client_secret.get_secret_value(),
-                    },
-                    keep_refresh=previous.refresh,
-                )
-            except AuthError:
-                pass  # refresh token expired or revoked: start over with the original grant
-        form = {
-            "grant_type": auth.grant_type,
-            "client_id": auth.client_id,
-            "client_secret": auth.client_secret.get_secret_value(),
-        }
-        if auth.grant_type == "password":
-            assert auth.username is not None
-            assert auth.password is not None
-            form["username"] = auth.username
-            form["password"] = auth.password.get_secret_value()
-        return await self._token_request(auth, form, keep_refresh=None)
-
-    async def _token_request(
-        self, auth: OAuth2Auth, form: dict[str, str], *, keep_refresh: str | None
-    ) -> _Token:
+    async def _post_form(self, url: str, form: dict[str, str], where: str) -> FormAnswer:
+        """One POST to the token endpoint (outside the pool: it opens no pool session)."""
         session = self._require_session()
-        url = self._token_url
-        assert url is not None
-        where = f"POST {url} (OAuth2 {form['grant_type']} grant)"
         started = time.monotonic()
         try:
             async with session.post(
                 url, data=form, proxy=self._proxy, allow_redirects=False
             ) as resp:
-                status = resp.status
-                body = await self._read_body(resp, where, None, started)
-                content_type = resp.headers.get("Content-Type")
-                retry_after = resp.headers.get("Retry-After")
-                date = resp.headers.get("Date")
+                return FormAnswer(
+                    status=resp.status,
+                    body=await self._read_body(resp, where, None, started),
+                    content_type=resp.headers.get("Content-Type"),
+                    retry_after=resp.headers.get("Retry-After"),
+                    date=resp.headers.get("Date"),
+                )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._transport_error(where, exc, time.monotonic() - started) from None
-        doc = loads(body) if is_json_type(content_type) else Invalid("not a JSON content type")
-        if status != 200 or not isinstance(doc, dict):
-            raise classify(
-                status,
-                body,
-                content_type,
-                retry_after,
-                where=where,
-                date=date,
-                token_endpoint=True,
-            )
-        access = doc.get("access_token")
-        if not isinstance(access, str) or not access:
-            raise AuthError(
-                f"{where}: the token endpoint answered without an access_token "
-                f"(keys: {', '.join(sorted(map(str, doc))) or 'none'}); check snow.auth.oauth.*",
-                status=status,
-            )
-        refresh = doc.get("refresh_token")
-        register_secret(access, transient=True)
-        if isinstance(refresh, str):
-            register_secret(refresh, transient=True)
-        lifetime = _lifetime(doc.get("expires_in"))
-        margin = min(TOKEN_RENEW_MARGIN_SECONDS, lifetime / 2)
-        return _Token(
-            access=access,
-            refresh=refresh if isinstance(refresh, str) and refresh else keep_refresh,
-            renew_at=started + lifetime - margin,
-        )
-
-
-def _lifetime(value: Any) -> float:
-    """``expires_in`` as seconds; ServiceNow's default lifetime when absent or unusable."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return DEFAULT_TOKEN_LIFETIME_SECONDS
-    if not math.isfinite(seconds) or seconds <= 0:
-        return DEFAULT_TOKEN_LIFETIME_SECONDS
-    return seconds
-
-
-def _register_auth_secrets(auth: Auth, proxy: str | None) -> None:
-    """Tell the redactor every secret this client will ever send."""
-    if isinstance(auth, BasicAuth):
-        register_credentials(auth.username, auth.password.get_secret_value())
-    elif isinstance(auth, ApiKeyAuth):
-        register_secret(auth.api_key.get_secret_value())
-    elif isinstance(auth, OAuth2Auth):
-        register_secret(auth.client_secret.get_secret_value())
-        if auth.password is not None:
-            register_credentials(auth.username, auth.password.get_secret_value())
-    if proxy is not None:
-        parts = urlsplit(proxy)
-        register_credentials(parts.username, parts.password)

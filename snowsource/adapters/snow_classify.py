@@ -161,7 +161,8 @@ def classify(
 
     - 429 -> ``RateLimitedError`` with ``retry_after`` from the header (seconds or HTTP-date).
     - 500 whose error text says "maximum execution time exceeded" -> ``ExecutionTimeExceededError``.
-    - 408, 425, 5xx, redirects, unexpected 2xx -> ``RetriableError``.
+    - 408, 425, 5xx, redirects, unexpected 2xx -> ``RetriableError`` (202: the instance dropped a
+      request queued too long on its session; never a page, SPEC §14.1).
     - 401 -> ``AuthError``.
     - 400, 403, 404 and any other status >= 400 -> ``TableError`` with the envelope's message.
     - 200 with HTML, non-JSON, truncated JSON, or JSON without a ``"result"`` list ->
@@ -179,6 +180,14 @@ def classify(
 
     if 200 <= status < 300:
         problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
+        if status == 202:
+            # The instance's session synchronizer drops a request queued behind too many others
+            # of the same session (API notes §3.4b): nothing was served, ask again.
+            return RetriableError(
+                f"{prefix}HTTP 202 with no page: the instance dropped the request because too "
+                f"many requests were queued on its session (session synchronization); retrying",
+                status=status,
+            )
         if problem is None:
             problem = f"unexpected HTTP {status} for a read"
         if _EXECUTION_TIME_EXCEEDED in envelope.lower():

@@ -110,6 +110,9 @@ class HttpConfig(Section):
     connect_timeout_ms: PositiveInt = 10000
     request_timeout_ms: PositiveInt = 60000
     max_concurrent_requests: PositiveInt = 8
+    # A real instance runs one transaction per session (two since Yokohama, SPEC §14.1): more
+    # would only queue on the instance, so the key stops at 2.
+    requests_per_session: int = Field(1, ge=1, le=2)
     retry_initial_backoff_ms: PositiveInt = 500
     retry_max_backoff_ms: PositiveInt = Field(30000, validate_default=True)
     # A body larger than this is a retriable error that halves the page size (64 MiB).

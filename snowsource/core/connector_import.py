@@ -185,6 +185,7 @@ _HTTP_KEYS: Final[dict[str, Convert]] = {
     "connect.timeout.ms": _as_int,
     "request.timeout.ms": _as_int,
     "max.concurrent.requests": _as_int,
+    "requests.per.session": _as_int,
     "retry.initial.backoff.ms": _as_int,
     "retry.max.backoff.ms": _as_int,
     "proxy.url": _as_text,

@@ -1,6 +1,7 @@
 """The aiohttp application: routes, and the middleware every Table API request passes through.
 
-Per request, in order: journal entry -> configured latency -> injected fault (Table API only) ->
+Per request, in order: the instance model (``instance_app``: session turn, node thread; 202 or
+429 when it refuses) -> journal entry -> configured latency -> injected fault (Table API only) ->
 authentication (401) -> rate-limit rules (429 / ``X-RateLimit-*``) -> handler. Every response,
 errors included, carries a ``Date`` header from the emulator clock.
 """
@@ -16,6 +17,7 @@ from aiohttp import web
 from snowsource.emulator.clock import http_date
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.faults import Fault
+from snowsource.emulator.instance_app import instance_middleware, statistics_routes
 from snowsource.emulator.journal import Request
 from snowsource.emulator.tableapi import (
     EMULATOR,
@@ -58,6 +60,8 @@ def _unauthenticated() -> web.Response:
 
 
 def _fault_response(fault: Fault) -> web.Response:
+    if fault.status == 202 and not fault.html:
+        return web.Response(status=202)  # a request dropped by session queueing: no body
     if fault.html:
         return web.Response(status=fault.status, text=_HTML_PAGE, content_type="text/html")
     headers: dict[str, str] = {}
@@ -93,6 +97,8 @@ async def _table_request(
             return _fault_response(fault)
         if fault.kind == "malformed":
             return web.Response(status=200, body=_MALFORMED_BODY, content_type="application/json")
+        if fault.kind == "empty":
+            return web.Response(status=200, body=b"{}", content_type="application/json")
         if fault.kind == "disconnect":
             if request.transport is not None:
                 request.transport.abort()
@@ -180,7 +186,9 @@ async def _set_date(request: web.Request, response: web.StreamResponse) -> None:
 
 def make_app(emu: Emulator) -> web.Application:
     """The aiohttp app for ``emu``; its lifecycle owns the emulator's background activity."""
-    app = web.Application(middlewares=[_pipeline])
+    # The instance model (sessions, node semaphores) runs first: everything after it, latency
+    # included, happens while the request holds its session turn and a node thread.
+    app = web.Application(middlewares=[instance_middleware, _pipeline])
     app[EMULATOR] = emu
     app.on_response_prepare.append(_set_date)
 
@@ -201,5 +209,6 @@ def make_app(emu: Emulator) -> web.Application:
         router.add_patch(prefix + "/{table}/{sys_id}", modify_record)
         router.add_delete(prefix + "/{table}/{sys_id}", delete_record)
     router.add_post("/oauth_token.do", _oauth_token)
+    statistics_routes(router)
     router.add_route("*", "/api/{tail:.*}", _unknown_api)
     return app

@@ -52,9 +52,43 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--user-tz", default="America/Los_Angeles", help="time zone of the user (display values)"
     )
+    _instance_arguments(parser)
     parser.add_argument("--tls-cert", help="PEM certificate (chain): serve HTTPS")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     return parser
+
+
+def _instance_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sessions, nodes and semaphores of a real instance (``emulator.instance``)."""
+    group = parser.add_argument_group("instance model (sessions, nodes, semaphores)")
+    group.add_argument(
+        "--session-sync",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve one session's requests one at a time (by JSESSIONID), as an instance does; "
+        "--no-session-sync serves them all at once (nodes and semaphores still apply)",
+    )
+    group.add_argument(
+        "--requests-per-session",
+        type=int,
+        default=1,
+        help="transactions one session runs at a time (2 = Yokohama and later)",
+    )
+    group.add_argument(
+        "--session-queue", type=int, default=10, help="requests waiting on one session before 202"
+    )
+    group.add_argument("--nodes", type=int, default=2, help="application nodes behind the LB")
+    group.add_argument(
+        "--node-threads", type=int, default=4, help="API_INT semaphore threads per node"
+    )
+    group.add_argument(
+        "--node-queue", type=int, default=50, help="API_INT queue per node before 429"
+    )
+    group.add_argument(
+        "--no-instance-model",
+        action="store_true",
+        help="no sessions, nodes or semaphores at all: every request is served at once",
+    )
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -83,6 +117,15 @@ def build(args: argparse.Namespace) -> Emulator:
             "incident_sla", {"inc": "incident", "sla": "task_sla"}, join=("inc_sys_id", "sla_task")
         )
     emu.latency_ms = args.latency_ms
+    emu.instance.configure(
+        enabled=not args.no_instance_model,
+        session_sync=args.session_sync,
+        per_session=args.requests_per_session,
+        max_waiting=args.session_queue,
+        nodes=args.nodes,
+        node_threads=args.node_threads,
+        node_queue=args.node_queue,
+    )
     if args.activity > 0:
         emu.start_activity(args.activity)
     return emu
@@ -104,6 +147,7 @@ async def _run(args: argparse.Namespace, emu: Emulator) -> int:
                 rows=args.rows,
                 activity=args.activity,
                 auth=bool(args.user),
+                instance=_describe_instance(args),
             )
             await stop.wait()
     finally:
@@ -111,6 +155,13 @@ async def _run(args: argparse.Namespace, emu: Emulator) -> int:
             loop.remove_signal_handler(signum)
     log.info("emulator stopped")
     return EXIT_OK
+
+
+def _describe_instance(args: argparse.Namespace) -> str:
+    if args.no_instance_model:
+        return "off"
+    sync = f"{args.requests_per_session} per session" if args.session_sync else "no session sync"
+    return f"{args.nodes} nodes x {args.node_threads} threads (queue {args.node_queue}), {sync}"
 
 
 def main(argv: Sequence[str]) -> int:

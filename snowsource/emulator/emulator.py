@@ -1,7 +1,9 @@
 """The emulated ServiceNow instance: data, users, access rules, faults and the Python test API.
 
 This is the object tests hold (``docs/dev/emulator-api.md``). It owns the state; the HTTP layer
-(``tableapi``, ``app``) only reads it through the query methods at the bottom. All writes go
+(``tableapi``, ``app``) only reads it through the query methods at the bottom, and imports this
+module, never the reverse: :func:`snowsource.emulator.make_app` builds the application for an
+emulator. All writes go
 through :meth:`Emulator.insert`, :meth:`Emulator.update` and :meth:`Emulator.delete`, which stamp
 the system fields from the emulator clock; those live in :mod:`snowsource.emulator.mutations`
 and the table/row/field ACLs in :mod:`snowsource.emulator.access`, both mixed into
@@ -16,7 +18,6 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from snowsource.emulator import seeding
@@ -25,15 +26,13 @@ from snowsource.emulator.auth import Auth, OAuthClient, User
 from snowsource.emulator.clock import Clock
 from snowsource.emulator.encoded_query import FieldType
 from snowsource.emulator.faults import Faults
+from snowsource.emulator.instance import InstanceModel
 from snowsource.emulator.journal import Journal, Request
 from snowsource.emulator.mutations import RowWrites
 from snowsource.emulator.ratelimit import RateLimiter, RateLimitRule
 from snowsource.emulator.schema import FIELD_TYPES, Field, TableDef, builtin_tables
 from snowsource.emulator.store import Store
 from snowsource.emulator.views import ViewDef, make_view, view_rows
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 DEFAULT_DATE_FORMAT = "yyyy-MM-dd"
 DEFAULT_TIME_FORMAT = "HH:mm:ss"
@@ -80,6 +79,8 @@ class Emulator(RowWrites, AccessRules):
         self.faults = Faults()
         self.journal = Journal()
         self.rate_limiter = RateLimiter()
+        #: sessions, nodes and their semaphores (off until ``instance.configure()``).
+        self.instance = InstanceModel()
         self.system_tz = ZoneInfo(system_tz)
         #: glide.invalid_query.returns_no_rows
         self.invalid_query_returns_no_rows = False
@@ -368,11 +369,26 @@ class Emulator(RowWrites, AccessRules):
             or self._activity_tables
         )
 
+    def burst(
+        self,
+        table: str,
+        n: int,
+        *,
+        at: datetime | None = None,
+        values: Mapping[str, object] | None = None,
+        visible_at: datetime | None = None,
+    ) -> list[dict[str, str]]:
+        """``n`` inserts stamped in the same second ``at`` (realistic values unless given)."""
+        when = at or self.clock.now()
+        return seeding.burst(
+            self, table, n, self._rng, at=when, values=values, visible_at=visible_at
+        )
+
     def start_activity(self, rows_per_s: float, tables: Sequence[str] | None = None) -> None:
         """Insert/update/delete about ``rows_per_s`` rows a second, with same-second bursts.
 
-        The task runs while an app made by :meth:`make_app` is running (it starts at once if
-        one is) and is cancelled when the app closes.
+        The task runs while an app made by :func:`snowsource.emulator.make_app` is running (it
+        starts at once if one is) and is cancelled when the app closes.
         """
         self._activity_rate = rows_per_s
         if tables is not None:
@@ -421,13 +437,6 @@ class Emulator(RowWrites, AccessRules):
         self._running_apps = max(0, self._running_apps - 1)
         if self._running_apps == 0:
             await self._cancel_activity()
-
-    def make_app(self) -> web.Application:
-        """The aiohttp application serving this instance."""
-        # Imported here because the app module imports this one.
-        from snowsource.emulator.app import make_app  # noqa: PLC0415
-
-        return make_app(self)
 
     # --- domains, replica lag, rate limits and request hooks ----------------------------------
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-FaultKind = Literal["status", "malformed", "truncated", "slow", "disconnect"]
-_KINDS = ("status", "malformed", "truncated", "slow", "disconnect")
+FaultKind = Literal["status", "malformed", "empty", "truncated", "slow", "disconnect"]
+_KINDS = ("status", "malformed", "empty", "truncated", "slow", "disconnect")
 
 
 @dataclasses.dataclass
@@ -22,7 +22,10 @@ class Fault:
       ``html`` is set (``status=200, html=True`` is a hibernating developer instance). For 429,
       ``retry_after`` (seconds) adds a ``Retry-After`` header; ``None`` leaves it out (semaphore
       saturation).
+    - ``status=202``: an empty 202, what an instance answers a request it dropped from a
+      session's queue.
     - ``malformed``: 200 with a body that is not JSON.
+    - ``empty``: 200 with the JSON body ``{}`` (valid JSON, no ``result`` list).
     - ``truncated``: 200 whose body stops half way (the connection closes before
       ``Content-Length`` bytes arrived).
     - ``slow``: wait ``delay`` wall-clock seconds, then answer normally.

@@ -3,7 +3,8 @@
 Every write stamps the system fields from the emulator clock, so tests get the same
 ``sys_updated_on``/``sys_mod_count`` behaviour a real instance shows. Kept apart from the
 facade in :mod:`snowsource.emulator.emulator` (users, schema, seeding, access rules) so each
-stays readable; :class:`Emulator` inherits these methods unchanged.
+stays readable, and so :mod:`snowsource.emulator.seeding` can write through it without
+importing the facade; :class:`Emulator` inherits these methods unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from datetime import UTC, datetime
 
 import orjson
 
-from snowsource.emulator import seeding
 from snowsource.emulator.clock import Clock, stamp
 from snowsource.emulator.schema import TableDef
 from snowsource.emulator.store import Store
@@ -202,29 +202,6 @@ class RowWrites:
                 at=at,
                 by=by,
             )
-
-    def burst(
-        self,
-        table: str,
-        n: int,
-        *,
-        at: datetime | None = None,
-        values: Mapping[str, object] | None = None,
-        visible_at: datetime | None = None,
-    ) -> list[dict[str, str]]:
-        """``n`` inserts stamped in the same second ``at`` (realistic values unless given)."""
-        when = at or self.clock.now()
-        users = [u["sys_id"] for u in self.rows("sys_user")]
-        out: list[dict[str, str]] = []
-        for _ in range(n):
-            generated: dict[str, str] = {}
-            if table == "incident":
-                generated = seeding.incident_values(self._rng, users, [], when)
-            elif table == "change_request":
-                generated = seeding.change_values(self._rng, users, [], when)
-            merged: dict[str, object] = {**generated, **(values or {})}
-            out.append(self.insert(table, merged, at=when, visible_at=visible_at))
-        return out
 
     def get(self, table: str, sys_id: str) -> dict[str, str] | None:
         """The newest stored version of one row (visible or not), None when absent or deleted."""

@@ -10,14 +10,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from snowsource.emulator.clock import stamp
-
-if TYPE_CHECKING:
-    from snowsource.emulator.emulator import Emulator
+from snowsource.emulator.mutations import RowWrites
 
 FIRST_NAMES = (
     "Abel",
@@ -269,7 +266,7 @@ def _spreads(rng: random.Random, now: datetime, rows: int) -> list[tuple[datetim
     return sorted((_spread(rng, now) for _ in range(rows)), key=lambda pair: pair[1])
 
 
-def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) -> None:
+def seed(emu: RowWrites, tables: Sequence[str], rows: int, rng: random.Random) -> None:
     """Create ``rows`` rows per table (plus users to reference), stamped over the last 30 days."""
     unknown = [t for t in tables if t not in SEEDABLE]
     if unknown:
@@ -285,7 +282,7 @@ def seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) ->
             gc.enable()
 
 
-def _seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) -> None:
+def _seed(emu: RowWrites, tables: Sequence[str], rows: int, rng: random.Random) -> None:
     now = emu.clock.now()
     users = [u["sys_id"] for u in emu.rows("sys_user")]
     wanted_users = max(20, rows // 50) if "sys_user" not in tables else rows
@@ -331,7 +328,7 @@ def _seed(emu: Emulator, tables: Sequence[str], rows: int, rng: random.Random) -
 
 
 def _write(
-    emu: Emulator,
+    emu: RowWrites,
     table: str,
     values: dict[str, str],
     created: datetime,
@@ -347,6 +344,31 @@ def _write(
 
 
 # --- activity ---------------------------------------------------------------------------------
+
+
+def burst(
+    emu: RowWrites,
+    table: str,
+    n: int,
+    rng: random.Random,
+    *,
+    at: datetime,
+    values: Mapping[str, object] | None,
+    visible_at: datetime | None,
+) -> list[dict[str, str]]:
+    """``n`` inserts into ``table`` stamped in the same second ``at`` (see ``Emulator.burst``)."""
+    users = [u["sys_id"] for u in emu.rows("sys_user")]
+    out: list[dict[str, str]] = []
+    for _ in range(n):
+        generated: dict[str, str] = {}
+        if table == "incident":
+            generated = incident_values(rng, users, [], at)
+        elif table == "change_request":
+            generated = change_values(rng, users, [], at)
+        merged: dict[str, object] = {**generated, **(values or {})}
+        out.append(emu.insert(table, merged, at=at, visible_at=visible_at))
+    return out
+
 
 _INCIDENT_NEXT = {"1": "2", "2": "6", "3": "2", "6": "7"}
 _CHANGE_NEXT = {"-5": "-4", "-4": "-3", "-3": "-2", "-2": "-1", "-1": "0", "0": "3"}
@@ -381,7 +403,7 @@ def update_values(
 
 
 def one_change(
-    emu: Emulator,
+    emu: RowWrites,
     table: str,
     rng: random.Random,
     users: Sequence[str],
@@ -412,7 +434,7 @@ def one_change(
 
 
 async def run_activity(
-    emu: Emulator, rows_per_s: float, tables: Sequence[str], rng: random.Random
+    emu: RowWrites, rows_per_s: float, tables: Sequence[str], rng: random.Random
 ) -> None:
     """Change ``rows_per_s`` rows a second until cancelled, with occasional same-second bursts."""
     tick = 0.1

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from snowsource.emulator.app import make_app
 from snowsource.emulator.emulator import Emulator
 
 
@@ -34,7 +35,7 @@ async def serve(
     """
     # handler_cancellation: a client that gives up (timeout) stops its slow-fault handler.
     runner = web.AppRunner(
-        emu.make_app(), handle_signals=False, access_log=None, handler_cancellation=True
+        make_app(emu), handle_signals=False, access_log=None, handler_cancellation=True
     )
     await runner.setup()
     try:

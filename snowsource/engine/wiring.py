@@ -87,6 +87,7 @@ def snow_client(
         connect_timeout=http.connect_timeout_ms / 1000,
         request_timeout=http.request_timeout_ms / 1000,
         max_concurrent_requests=http.max_concurrent_requests,
+        requests_per_session=http.requests_per_session,
         max_response_bytes=http.max_response_bytes,
         proxy=http.proxy_url,
         ca_file=http.ca_file,

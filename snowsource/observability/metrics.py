@@ -100,6 +100,34 @@ RECONCILE_MISSING = Gauge(
     ["table", "side"],
     registry=REGISTRY,
 )
+SNOW_CONCURRENCY_LIMIT = Gauge(
+    "snowsource_servicenow_concurrency_limit",
+    "Requests the process may have in flight to ServiceNow now (AIMD, at most "
+    "snow.http.max.concurrent.requests)",
+    registry=REGISTRY,
+)
+SNOW_SESSIONS_OPEN = Gauge(
+    "snowsource_servicenow_sessions_open",
+    "ServiceNow sessions (cookie jars) the session pool holds open",
+    registry=REGISTRY,
+)
+SNOW_REQUESTS_IN_FLIGHT = Gauge(
+    "snowsource_servicenow_requests_in_flight",
+    "ServiceNow requests sent and not yet answered",
+    registry=REGISTRY,
+)
+SNOW_SATURATIONS = Counter(
+    "snowsource_servicenow_saturations",
+    "Times a 429 without Retry-After (node semaphores full) halved the concurrency limit",
+    registry=REGISTRY,
+)
+SNOW_NON_PAGE_RESPONSES = Counter(
+    "snowsource_servicenow_non_page_responses",
+    "2xx answers to a Table API read that were not a page (202 session queueing, other 2xx, "
+    "200 without a JSON result list); each is retried",
+    ["table", "status"],
+    registry=REGISTRY,
+)
 
 PHASES = ("backfill", "stream")
 STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
@@ -122,6 +150,11 @@ ALL_METRIC_NAMES = (
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
     "snowsource_reconcile_missing_keys",
+    "snowsource_servicenow_concurrency_limit",
+    "snowsource_servicenow_sessions_open",
+    "snowsource_servicenow_requests_in_flight",
+    "snowsource_servicenow_saturations",
+    "snowsource_servicenow_non_page_responses",
 )
 
 

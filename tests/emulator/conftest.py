@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from snowsource.emulator import Emulator, serve
+from snowsource.emulator import Emulator, make_app, serve
 
 FIXED_NOW = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 AUTH: dict[str, str] = {"Authorization": aiohttp.encode_basic_auth("admin", "admin")}
@@ -45,7 +45,7 @@ async def emulator_url(emulator: Emulator) -> AsyncIterator[str]:
 @pytest.fixture
 async def emulator_client(emulator: Emulator) -> AsyncIterator[Client]:
     """An in-process test client for ``emulator``'s app."""
-    async with TestClient(TestServer(emulator.make_app())) as client:
+    async with TestClient(TestServer(make_app(emulator))) as client:
         yield client
 
 

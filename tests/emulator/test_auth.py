@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from snowsource.emulator import Emulator
+from snowsource.emulator import Emulator, make_app
 from tests.emulator.conftest import Client, get_json
 
 LIST = "/api/now/table/incident"
@@ -154,7 +154,7 @@ async def test_auth_disabled() -> None:
 
     emulator = Emulator(user="", user_tz="Asia/Tokyo")
     emulator.insert("incident", {})
-    async with TestClient(TestServer(emulator.make_app())) as client:
+    async with TestClient(TestServer(make_app(emulator))) as client:
         body, _ = await get_json(client, LIST, headers={})
         assert len(body["result"]) == 1
         body, _ = await get_json(

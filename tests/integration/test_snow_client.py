@@ -28,7 +28,7 @@ from snowsource.core.errors import (
     ServiceNowError,
     TableError,
 )
-from snowsource.emulator import Emulator, serve
+from snowsource.emulator import Emulator, make_app, serve
 
 NOW = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 ADMIN_PASSWORD = "Adm1n-password-XYZZY"
@@ -473,7 +473,7 @@ async def counting_server(emu: Emulator) -> AsyncIterator[tuple[str, list[int]]]
         finally:
             in_flight -= 1
 
-    app = emu.make_app()
+    app = make_app(emu)
     app.middlewares.insert(0, count)
     async with TestServer(app) as server:
         yield str(server.make_url("")).rstrip("/"), seen
@@ -551,7 +551,7 @@ async def test_tls_is_verified_and_ca_file_adds_trust(
     cert, key = self_signed
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    runner = web.AppRunner(emu.make_app(), handle_signals=False, access_log=None)
+    runner = web.AppRunner(make_app(emu), handle_signals=False, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)

@@ -178,6 +178,7 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "connect.timeout.ms": 10000,
         "request.timeout.ms": 60000,
         "max.concurrent.requests": 8,
+        "requests.per.session": 1,
         "retry.initial.backoff.ms": 500,
         "retry.max.backoff.ms": 30000,
         "max.response.bytes": 67108864,
