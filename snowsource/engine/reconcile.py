@@ -41,6 +41,7 @@ from snowsource.core.errors import (
     TableError,
     TableFailedError,
 )
+from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import encode_value
 from snowsource.core.reconcile import (
     KEY_PAGE_SIZE,
@@ -63,7 +64,7 @@ from snowsource.core.tableapi import scope_params
 from snowsource.core.timestamps import format_ts
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.poller import Poller, TableState, TableStatus
-from snowsource.engine.ports import OffsetsStore, PageSource, Sink
+from snowsource.engine.ports import OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
 from snowsource.engine.streams import ReconcileHooks, SweepMark
 from snowsource.observability import metrics
@@ -78,6 +79,20 @@ class LiveKeySource(Protocol):
     """Reads the keys live in a table's topic (``adapters.topic_keys.TopicKeys``)."""
 
     async def live_keys(self, topic: str, *, instance: str, table: str) -> LiveKeys: ...
+
+
+class SweepClient(Protocol):
+    """The ServiceNow client as the sweep uses it: pages at a priority in the session pool."""
+
+    async def get_page(
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        requester: str | None = None,
+        priority: Priority = Priority.NORMAL,
+    ) -> Page: ...
 
 
 class _ProduceFailedError(Exception):
@@ -156,7 +171,7 @@ class KeySweep:
         self,
         spec: TableSpec,
         *,
-        client: PageSource,
+        client: SweepClient,
         sink: Sink,
         store: OffsetsStore,
         retry: RetryPolicy,
@@ -325,9 +340,8 @@ class KeySweep:
         return keys
 
     async def _get(self, table: str, params: Mapping[str, str], summary: SweepSummary) -> Page:
-        """Every request of the sweep, retried like a table's pages. It is the one place
-        where the sweep's low priority in the session pool is given (it must never delay a
-        table's own pages)."""
+        """Every request of the sweep, retried like a table's pages, at low priority in the
+        session pool: a sweep never delays a table's own pages (SPEC §14.3)."""
         summary.requests += 1
         async for attempt in retrying(
             self._retry,
@@ -336,8 +350,10 @@ class KeySweep:
             on_retry=self._retrying,
         ):
             with attempt:
-                page: Page = await self._client.get_page(table, params, label=self.spec.alias)
-                return page
+                alias = self.spec.alias
+                return await self._client.get_page(
+                    table, params, label=alias, requester=alias, priority=Priority.LOW
+                )
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
 
     def _retrying(self, attempt: Attempt, delay: float) -> None:
