@@ -93,7 +93,10 @@ class RowWrites:
             unknown = given.keys() - tdef.fields.keys()
             raise ValueError(f"unknown field(s) for {table}: {', '.join(sorted(unknown))}")
         sys_id = given.get("sys_id") or self.new_sys_id()
-        if self.store.table_of(sys_id) is not None:
+        where = self.store.table_of(sys_id)
+        # A deleted row's sys_id may be inserted again into its own table, as a client that
+        # POSTs an explicit sys_id (a sync re-creating a record) does on an instance.
+        if where is not None and (where != table or self.store.latest(table, sys_id) is not None):
             raise ValueError(f"sys_id {sys_id} already exists")
         template, stamped, authored = self._template(tdef)
         row = template.copy()
