@@ -141,7 +141,7 @@ class Deletes(StrEnum):
 
 
 _DELETE_MODES: Final = ("audit", "reconcile")
-DELETES_ALLOWED: Final = "none, audit, reconcile or [audit, reconcile]"
+DELETES_ALLOWED: Final = "'none', 'audit', 'reconcile' or ['audit', 'reconcile']"
 
 
 def deletes_modes(value: Any) -> Any:
