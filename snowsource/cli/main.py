@@ -110,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("offsets", help="inspect, rewind and reset stored offsets", add_help=False)
     sub.add_parser("emulator", help="run the bundled ServiceNow Table API emulator", add_help=False)
     sub.add_parser("config", help="import a Kafka Connect connector config", add_help=False)
+    sub.add_parser(
+        "reconcile", help="compare each table's instance rows with its topic", add_help=False
+    )
     return parser
 
 
@@ -147,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from snowsource.cli.offsets import main as offsets_main
 
         return offsets_main(args_list[1:])
+    if args_list and args_list[0] == "reconcile":
+        from snowsource.cli.reconcile import main as reconcile_main
+
+        return reconcile_main(args_list[1:])
     if args_list and args_list[0] == "config":
         from snowsource.cli.config_import import main as config_main
 
