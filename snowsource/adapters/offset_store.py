@@ -167,6 +167,10 @@ class OffsetStore(AsyncResource):
         # Keys this process wrote while a reload was reading: their in-memory value is newer
         # than what the reload may have seen (in group mode a reload runs beside pollers).
         self._written_during_load: set[bytes] = set()
+        # Keys this process deleted (tombstoned) since it last began reading the topic. A Connect
+        # worker keeps listing such a partition, with a null offset, until its own view of the
+        # topic catches up with the tombstone: GET offsets right after DELETE shows them so.
+        self._deleted_since_load: set[bytes] = set()
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -275,6 +279,7 @@ class OffsetStore(AsyncResource):
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         self._written_during_load = set()
+        self._deleted_since_load = set()
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -329,6 +334,10 @@ class OffsetStore(AsyncResource):
                 found.append(StoredEntry(key=key, partition=partition, value=value))
         return found
 
+    def deleted_since_load(self) -> frozenset[bytes]:
+        """Key bytes this process tombstoned since its last load and has not written since."""
+        return frozenset(self._deleted_since_load)
+
     def get(self, partition: SourcePartition) -> bytes | None:
         """The stored value under the canonical key, if any."""
         return self._data.get(encode_key(self.connector, partition))
@@ -379,7 +388,9 @@ class OffsetStore(AsyncResource):
         self._written_during_load.add(key)
         if value is None:
             self._data.pop(key, None)
+            self._deleted_since_load.add(key)
         else:
+            self._deleted_since_load.discard(key)
             self._data[key] = value
             self._track(key, value)
             self._written_ms[key] = stamp_ms if stamp_ms >= 0 else int(time.time() * 1000)

@@ -58,7 +58,14 @@ class OffsetsHandlers:
         """``GET offsets``: every stored partition of the connector, sorted by table."""
         ctx = self._ctx
         ctx.connector(request)
-        listing = connect_listing(ctx.name, await self._fresh_entries(), ctx.all_specs)
+        own = ctx.daemon.store
+        listing = connect_listing(
+            ctx.name,
+            await self._fresh_entries(),
+            ctx.all_specs,
+            # Partitions this process reset and has not read since: Connect lists them too.
+            deleted=own.deleted_since_load() if own is not None else (),
+        )
         # Connect lists partitions in hash order; by table (then the rest of the partition)
         # two calls diff cleanly.
         listing["offsets"].sort(key=_by_table)

@@ -9,14 +9,17 @@ requests, so a missing ACL is a FAIL here first, naming the access that is neede
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.settings import TableConfig, ValueFormat
-from snowsource.core.deletes import ACCESS_HINT, AUDIT_FIELDS, AUDIT_TABLE, audit_query
+from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
+from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import stream_probe_params
 
 __all__ = ["access_checks", "skipped_access"]
 
@@ -54,30 +57,28 @@ def skipped_access(alias: str, table: TableConfig, why: str) -> list[CheckResult
 
 
 async def access_checks(
-    client: ServiceNowClient, alias: str, table: TableConfig
+    client: ServiceNowClient, alias: str, table: TableConfig, streams: Sequence[TableSpec]
 ) -> list[CheckResult]:
-    """One line per extra stream the table has: its audit rows, its dictionary."""
+    """One line per extra stream the table has: its audit rows, its dictionary.
+
+    ``streams`` are the table's stream specs as the daemon resolves them (``stream_specs``),
+    so the audit probe asks exactly what the delete stream will ask.
+    """
     out: list[CheckResult] = []
     if _wants_deletes(table):
-        out.append(await _deletes(client, alias, table))
+        deletes = next(s for s in streams if s.stream == "deletes")
+        out.append(await _deletes(client, alias, table, deletes))
     if _wants_typed(table):
         out.append(await _dictionary(client, alias, table))
     return out
 
 
-async def _deletes(client: ServiceNowClient, alias: str, table: TableConfig) -> CheckResult:
+async def _deletes(
+    client: ServiceNowClient, alias: str, table: TableConfig, stream: TableSpec
+) -> CheckResult:
     name = _deletes_name(alias)
-    params = {
-        "sysparm_query": audit_query(table.name),
-        "sysparm_fields": ",".join(AUDIT_FIELDS),
-        "sysparm_limit": "1",
-        "sysparm_display_value": "false",
-        "sysparm_exclude_reference_link": "true",
-    }
-    if table.query_domain:
-        params["sysparm_query_no_domain"] = "true"
     try:
-        page = await client.get_page(AUDIT_TABLE, params)
+        page = await client.get_page(stream.name, stream_probe_params(stream))
     except ServiceNowError as exc:
         if exc.status == 403:
             return CheckResult(

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from snowsource.adapters.servicenow import Page, ServiceNowClient
 from snowsource.cli.check_access import access_checks, skipped_access
+from snowsource.cli.check_completeness import completeness_checks, skipped_completeness
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.settings import AuthType, OAuthGrantType, Settings, TableConfig
 from snowsource.core.errors import (
@@ -29,10 +30,10 @@ from snowsource.core.errors import (
     RetriableError,
     ServiceNowError,
 )
-from snowsource.core.query import normalise_query
-from snowsource.core.tableapi import probe_params
+from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import probe_params, sample_params, user_params
 from snowsource.core.timestamps import is_valid_ts
-from snowsource.engine.wiring import snow_client
+from snowsource.engine.wiring import snow_client, stream_specs
 
 __all__ = ["display_offsets", "snow_checks"]
 
@@ -176,11 +177,14 @@ def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list
         if table.fields:
             out.append(CheckResult(f"table {alias} fields exist", Status.SKIP, why))
         out += skipped_access(alias, table, why)
+        out += skipped_completeness(alias, table, why)
     out.append(CheckResult("integration user's time zone", Status.SKIP, why))
     return out
 
 
 async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> list[CheckResult]:
+    # Each table's streams as the daemon resolves them: the table's, then its delete stream's.
+    streams = [stream_specs(settings, alias, table) for alias, table in settings.tables.items()]
     login = _login_name(settings)
     user_row: dict[str, Any] | None = None
     user_note = ""
@@ -188,21 +192,11 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
     reachable = CheckResult(_REACHABLE, Status.PASS, url)
     try:
         if login is not None:
-            page = await _get(
-                client,
-                "sys_user",
-                {
-                    "sysparm_query": f"user_name={login}",
-                    "sysparm_fields": "user_name,time_zone",
-                    "sysparm_limit": "1",
-                    "sysparm_display_value": "false",
-                    "sysparm_no_count": "true",
-                },
-            )
+            page = await _get(client, "sys_user", user_params(login))
             user_row = page.rows[0] if page.rows else None
         else:
-            first = next(iter(settings.tables.values()))
-            await _get(client, first.name, {"sysparm_limit": "1", "sysparm_fields": "sys_id"})
+            first = streams[0][0]
+            await _get(client, first.name, probe_params(first))
     except AuthError as exc:
         return [
             reachable,
@@ -229,41 +223,46 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
         # 403/404/400 come after authentication: the user is known, it just may not read this.
         user_note = f"its sys_user record is not readable ({exc.status or 'error'})"
     results = [reachable, CheckResult(_CREDENTIALS, Status.PASS, _auth_description(settings))]
-    probes = await asyncio.gather(
-        *(_probe_table(client, alias, table) for alias, table in settings.tables.items())
-    )
+    probes = await asyncio.gather(*(_probe_table(client, specs[0]) for specs in streams))
     access = await asyncio.gather(
-        *(access_checks(client, alias, table) for alias, table in settings.tables.items())
+        *(
+            _stream_checks(client, alias, table, specs)
+            for (alias, table), specs in zip(settings.tables.items(), streams, strict=True)
+        )
     )
     for probe, needs in zip(probes, access, strict=True):
         results += probe.results + needs
     results.append(
         await _time_zone(
-            client, settings, login=login, user_row=user_row, user_note=user_note, probes=probes
+            client,
+            [specs[0] for specs in streams],
+            login=login,
+            user_row=user_row,
+            user_note=user_note,
+            probes=probes,
         )
     )
     return results
 
 
-def _table_params(table: TableConfig, *, with_query: bool) -> dict[str, str]:
-    return probe_params(
-        id_field=table.id_field,
-        timestamp_field=table.timestamp_field,
-        query_domain=table.query_domain,
-        query_category=table.query_category,
-        query=normalise_query(table.query) if with_query else "",
-        count=True,
-    )
+async def _stream_checks(
+    client: ServiceNowClient, alias: str, table: TableConfig, specs: list[TableSpec]
+) -> list[CheckResult]:
+    """What the table's derived streams need (access), then whether the instance will tell
+    them everything (completeness)."""
+    access = await access_checks(client, alias, table, specs)
+    return access + await completeness_checks(client, alias, table, specs)
 
 
 async def _unreadable(
-    client: ServiceNowClient, alias: str, table: TableConfig, exc: ServiceNowError
+    client: ServiceNowClient, table: TableSpec, exc: ServiceNowError
 ) -> CheckResult:
     """Why the first read failed. A 400 that goes away without the query is the query's."""
+    alias = table.alias
     name = f"table {alias} readable"
-    if exc.status == 400 and normalise_query(table.query):
+    if exc.status == 400 and table.normalised_query:
         try:
-            await _get(client, table.name, _table_params(table, with_query=False))
+            await _get(client, table.name, probe_params(table, count=True))
         except ServiceNowError:
             pass
         else:
@@ -279,17 +278,18 @@ async def _unreadable(
     return CheckResult(name, Status.FAIL, _failure(exc))
 
 
-async def _probe_table(client: ServiceNowClient, alias: str, table: TableConfig) -> _TableProbe:
+async def _probe_table(client: ServiceNowClient, table: TableSpec) -> _TableProbe:
+    alias = table.alias
     readable = f"table {alias} readable"
     cursor = f"table {alias} cursor fields visible"
-    query = normalise_query(table.query)
+    query = table.normalised_query
     try:
-        page = await _get(client, table.name, _table_params(table, with_query=True))
+        page = await _get(client, table.name, probe_params(table, with_query=True, count=True))
     except ServiceNowError as exc:
         skipped = [CheckResult(cursor, Status.SKIP, "the table is not readable")]
         if table.fields:
             skipped.append(CheckResult(f"table {alias} fields exist", Status.SKIP, "not readable"))
-        return _TableProbe([await _unreadable(client, alias, table, exc), *skipped])
+        return _TableProbe([await _unreadable(client, table, exc), *skipped])
     what = f"{table.name} with query {query!r}" if query else f"{table.name} (no query)"
     if page.total_count is not None:
         what += f", {page.total_count} row(s) match"
@@ -300,7 +300,7 @@ async def _probe_table(client: ServiceNowClient, alias: str, table: TableConfig)
     if not rows and query:
         # Nothing matches the query yet: any row of the table shows whether the fields are there.
         try:
-            rows = (await _get(client, table.name, _table_params(table, with_query=False))).rows
+            rows = (await _get(client, table.name, probe_params(table, count=True))).rows
         except ServiceNowError:
             rows = []
     if not rows:
@@ -314,12 +314,9 @@ async def _probe_table(client: ServiceNowClient, alias: str, table: TableConfig)
     return _TableProbe(results, rows[0] if rows else None)
 
 
-async def _sample_row(client: ServiceNowClient, table: TableConfig) -> dict[str, Any] | None:
-    params = _table_params(table, with_query=False)
-    del params["sysparm_fields"]
-    params["sysparm_no_count"] = "true"
+async def _sample_row(client: ServiceNowClient, table: TableSpec) -> dict[str, Any] | None:
     try:
-        rows = (await _get(client, table.name, params)).rows
+        rows = (await _get(client, table.name, sample_params(table))).rows
     except ServiceNowError:
         return None
     return rows[0] if rows else None
@@ -331,7 +328,7 @@ def _did_you_mean(field: str, known: Iterable[str]) -> str:
 
 
 def _cursor_result(
-    name: str, table: TableConfig, row: dict[str, Any], sample: dict[str, Any] | None
+    name: str, table: TableSpec, row: dict[str, Any], sample: dict[str, Any] | None
 ) -> CheckResult:
     problems: list[str] = []
     for key, field in (("id.field", table.id_field), ("timestamp.field", table.timestamp_field)):
@@ -369,7 +366,7 @@ def _cursor_result(
 
 
 def _fields_result(
-    name: str, alias: str, table: TableConfig, sample: dict[str, Any] | None
+    name: str, alias: str, table: TableSpec, sample: dict[str, Any] | None
 ) -> CheckResult:
     """``fields`` compared with a sampled row: a typo would silently drop the field from every
     record (the Table API ignores unknown names in ``sysparm_fields``)."""
@@ -420,7 +417,7 @@ def _offset_text(offset: timedelta) -> str:
 
 async def _time_zone(
     client: ServiceNowClient,
-    settings: Settings,
+    tables: list[TableSpec],
     *,
     login: str | None,
     user_row: dict[str, Any] | None,
@@ -438,14 +435,11 @@ async def _time_zone(
         )
     # No zone on record (system default) or the record is unreadable: the offset between a raw
     # value and its display value is the session's time zone at that instant.
-    for (alias, table), probe in zip(settings.tables.items(), probes, strict=True):
+    for table, probe in zip(tables, probes, strict=True):
         if probe.row is None:
             continue
-        params = _table_params(table, with_query=False)
-        params.update({"sysparm_fields": table.timestamp_field, "sysparm_display_value": "all"})
-        params.pop("sysparm_no_count")
         try:
-            page = await _get(client, table.name, params)
+            page = await _get(client, table.name, sample_params(table, display=True))
         except ServiceNowError:
             continue
         cell = page.rows[0].get(table.timestamp_field) if page.rows else None
@@ -455,7 +449,7 @@ async def _time_zone(
         if not isinstance(display, str) or not isinstance(value, str):
             continue
         offsets = display_offsets(display, value)
-        source = f"from display values of {alias}"
+        source = f"from display values of {table.alias}"
         if timedelta(0) in offsets:
             return CheckResult(name, Status.PASS, f"UTC ({who}, {source})")
         if offsets:

@@ -80,5 +80,6 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     if settings is not None and not problems:
         problems = [*_missing_files(settings), *unavailable_features(settings)]
     if problems or settings is None:
-        raise ConfigError(safe_problems(problems) or [("", "invalid configuration")])
+        found = safe_problems(problems, sources.secret_values())
+        raise ConfigError(found or [("", "invalid configuration")])
     return LoadedConfig(settings=settings, warnings=sources.warnings, path=config_path)

@@ -2,7 +2,10 @@
 
 A value is echoed back (``(got 'yesterday')``) only where that is safe: never for a secret key,
 never for a key the model does not know (it may be a misspelt secret: ``pasword: hunter2``),
-never for a whole section that holds secrets, and URLs always with their userinfo masked.
+never for a whole section that holds secrets, never under an ``auth``/``sasl`` key (a secret
+pasted one line off: ``sasl.mechanism: <password>``), and URLs always with their userinfo
+masked. As the last line of defence, every value that equals a configured secret is masked
+wherever it appears in a problem (:func:`safe_problems`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pydantic import ValidationError
 
 from snowsource.config.fields import PROBLEMS_ERROR
 from snowsource.config.models import Settings
-from snowsource.config.redaction import mask_userinfo
+from snowsource.config.redaction import mask_userinfo, mask_values
 from snowsource.config.schema import (
     Loc,
     aliased_loc,
@@ -40,9 +43,19 @@ def dotted(loc: Iterable[str | int]) -> str:
     return out
 
 
+# Keys next to credentials: a value there may be a secret in the wrong key.
+_CREDENTIAL_KEYS = frozenset({"auth", "sasl"})
+
+
+def _near_credentials(loc: Loc) -> bool:
+    """Whether ``loc`` is under an ``auth``/``sasl`` key (``snow.auth.*``, ``kafka.sasl.*``,
+    ``rest.auth.token``)."""
+    return any(isinstance(part, str) and part.split(".")[0] in _CREDENTIAL_KEYS for part in loc)
+
+
 def _may_echo(loc: Loc) -> bool:
     """Whether the value at ``loc`` may be shown in an error."""
-    if not loc:
+    if not loc or _near_credentials(loc):
         return False
     info = field_at(Settings, loc)
     if info is None:
@@ -101,11 +114,23 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
             for sub, message in error["ctx"]["problems"]:
                 problems.append((dotted((*loc, sub)), message))
             continue
-        problems.append((dotted(loc), _describe(error, loc)))
+        message = _describe(error, loc)
+        given = error.get("input")
+        if isinstance(given, str) and _near_credentials(loc):
+            # A validator's own message may quote its input (``'x' is not host:port``).
+            message = mask_values(message, (given,))
+        problems.append((dotted(loc), message))
     return problems
 
 
-def safe_problems(problems: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Problems without repeats, any URL credentials in them masked (the last line of defence)."""
-    unique = dict.fromkeys((path, mask_userinfo(message)) for path, message in problems)
+def safe_problems(
+    problems: Iterable[tuple[str, str]], secrets: Iterable[str] = ()
+) -> list[tuple[str, str]]:
+    """Problems without repeats, URL credentials and every value equal to one of ``secrets``
+    (the configured secrets) masked: the last line of defence."""
+    known = tuple(secrets)
+    unique = dict.fromkeys(
+        (mask_values(path, known), mask_values(mask_userinfo(message), known))
+        for path, message in problems
+    )
     return list(unique)

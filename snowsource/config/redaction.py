@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, quote_plus
 
 from pydantic import SecretStr
 
@@ -28,6 +29,27 @@ def _masked_userinfo(userinfo: str) -> str:
 def mask_userinfo(text: str) -> str:
     """Every ``scheme://user:password@`` in ``text`` as ``scheme://user:***@``."""
     return _USERINFO_RE.sub(lambda m: f"{m['scheme']}{_masked_userinfo(m['userinfo'])}@", text)
+
+
+# Below this length a secret is masked only where it is quoted ('abc'): masking every bare
+# occurrence of a short value would blank out ordinary words of the message around it.
+_MIN_BARE_SECRET: Final = 4
+
+
+def mask_values(text: str, values: Iterable[str]) -> str:
+    """``text`` with each of ``values`` as ``***``: quoted as ``repr`` shows it, bare, and in
+    the URL-encoded forms a URL would carry it in (bare forms only from 4 characters on)."""
+    forms: set[str] = set()
+    for value in values:
+        if not value:
+            continue
+        forms.add(repr(value))
+        if len(value) >= _MIN_BARE_SECRET:
+            forms.update((value, repr(value)[1:-1], quote(value, safe=""), quote_plus(value)))
+    # Longest first, so a secret that contains another one is masked whole.
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    return text
 
 
 class RedactedConfig(dict[str, Any]):

@@ -379,6 +379,23 @@ class ConfigSources:
         """Variables that matched no key."""
         return list(self.environment.warnings)
 
+    def secret_values(self) -> frozenset[str]:
+        """Every secret some source sets (plain or from a file), whether or not it wins: an
+        error about any other key must not show one of them."""
+        found: set[str] = set()
+        for source in (self.environment, self.config_file, self.secret_files):
+            found.update(_secrets_in(source.data))
+        found.discard(_UNREADABLE_SECRET)
+        return frozenset(found)
+
+
+def _secrets_in(node: Any) -> Iterator[str]:
+    if isinstance(node, SecretStr):
+        yield node.get_secret_value()
+    elif isinstance(node, Mapping):
+        for value in node.values():
+            yield from _secrets_in(value)
+
 
 # BaseSettings builds its sources in a class method (settings_customise_sources) that gets
 # nothing of the call but the init kwargs, and those are configuration values: a path or an

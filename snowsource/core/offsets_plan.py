@@ -35,6 +35,7 @@ from snowsource.core.offsets_codec import (
     StoredEntry,
     encode_key,
     java_hashmap_order,
+    parse_key,
     validate_offset,
 )
 
@@ -264,14 +265,32 @@ def rest_listing(listed: Iterable[ListedOffset]) -> dict[str, list[dict[str, obj
 
 
 def connect_listing(
-    connector: str, entries: Iterable[StoredEntry], tables: Sequence[ConfiguredTable]
+    connector: str,
+    entries: Iterable[StoredEntry],
+    tables: Sequence[ConfiguredTable],
+    *,
+    deleted: Iterable[bytes] = (),
 ) -> dict[str, list[dict[str, object]]]:
     """``rest_listing(list_offsets(...))``: the Connect REST shape of what is stored.
 
-    Unlike a Connect worker, a partition stored only under a foreign key spelling shows the
-    offset the daemon would use rather than ``null``.
+    ``deleted``: key bytes of partitions the caller itself deleted since it last read the
+    topic. Each one without a live value in ``entries`` is listed with ``"offset": null``, as a
+    Connect worker lists the partitions it still knows once their offsets read back null (GET
+    right after DELETE). Unlike a Connect worker, a partition stored only under a foreign key
+    spelling shows the offset the daemon would use rather than ``null``.
     """
-    return rest_listing(list_offsets(connector, entries, tables))
+    entries = list(entries)
+    listing = rest_listing(list_offsets(connector, entries, tables))
+    live = {_identity(connector, entry) for entry in entries}
+    for key in sorted(deleted):
+        parsed = parse_key(key)
+        if parsed is None or parsed[0] != connector:
+            continue
+        identity = _identity(connector, StoredEntry(key=key, partition=parsed[1], value=b""))
+        if identity not in live:
+            live.add(identity)
+            listing["offsets"].append({"partition": _canonical_map(parsed[1]), "offset": None})
+    return listing
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,8 +371,10 @@ def _json_kind(value: object) -> str:
 def parse_offsets_document(document: object) -> list[tuple[object, object]]:
     """The ``(partition, offset)`` pairs of a Connect REST body ``{"offsets":[...]}``.
 
-    Checks only the shape (``OffsetError`` otherwise); an empty list is returned as such (a
-    REST PATCH refuses it with Connect's own message, an import of it does nothing).
+    Checks only the shape (``OffsetError`` otherwise): every entry has exactly the keys
+    ``partition`` and ``offset`` (``"offset": null`` is how a reset is asked for, as in
+    Connect). An empty list is returned as such (a REST PATCH refuses it with Connect's own
+    message, an import of it does nothing).
     """
     if not isinstance(document, Mapping):
         raise OffsetError(
@@ -372,7 +393,14 @@ def parse_offsets_document(document: object) -> list[tuple[object, object]]:
         extra = sorted(set(entry) - {"partition", "offset"})
         if extra:
             raise OffsetError(f"offsets[{i}] has unexpected key(s) {', '.join(extra)}")
-        pairs.append((entry["partition"], entry.get("offset")))
+        if "offset" not in entry:
+            # A reset must be asked for: read as null, a dropped or misspelt key would silently
+            # replay the table from start.timestamp.
+            raise OffsetError(
+                f'offsets[{i}] has no "offset" key: give the offset object, or "offset": null '
+                f"to reset the partition"
+            )
+        pairs.append((entry["partition"], entry["offset"]))
     return pairs
 
 

@@ -2,7 +2,8 @@
 
 The poller's page requests and clock probe and ``snowsource check``'s probes ask for the same
 table the same way (fields, display values, domain, category), so a check that passes predicts
-what the daemon will see.
+what the daemon will see. Every builder takes the stream's :class:`TableSpec` (a table's, or its
+delete stream's from ``core/deletes``), so the scope of a request cannot be built twice.
 """
 
 from __future__ import annotations
@@ -57,36 +58,64 @@ def scope_params(query_domain: bool, query_category: str | None) -> dict[str, st
 
 
 def probe_params(
-    *,
-    id_field: str,
-    timestamp_field: str,
-    query_domain: bool,
-    query_category: str | None = None,
-    query: str = "",
-    count: bool = False,
+    spec: TableSpec, *, with_query: bool = False, count: bool = False
 ) -> dict[str, str]:
-    """The smallest request about a table: one row, raw cursor fields only, optionally under
-    its (normalised) base query and with a count. The poller's clock probe and ``check``'s
-    table probes."""
-    params = {
-        "sysparm_limit": "1",
-        "sysparm_fields": f"{id_field},{timestamp_field}",
-        "sysparm_display_value": "false",
-        "sysparm_exclude_reference_link": "true",
-        "sysparm_no_count": "false" if count else "true",
-        "sysparm_suppress_pagination_header": "true",
-    }
-    if query:
-        params["sysparm_query"] = query
-    params.update(scope_params(query_domain, query_category))
-    return params
+    """The smallest request about a stream: one row, raw cursor fields only, optionally under
+    its normalised base query and with a count. The poller's clock probe and ``check``'s
+    probes of a table."""
+    return _one_row(
+        spec, f"{spec.id_field},{spec.timestamp_field}", with_query=with_query, count=count
+    )
 
 
 def clock_probe_params(spec: TableSpec) -> dict[str, str]:
     """The poller's first request when no ``Date`` header was seen yet."""
-    return probe_params(
-        id_field=spec.id_field,
-        timestamp_field=spec.timestamp_field,
-        query_domain=spec.query_domain,
-        query_category=spec.query_category,
-    )
+    return probe_params(spec)
+
+
+def stream_probe_params(spec: TableSpec) -> dict[str, str]:
+    """One row under the base query with the fields the stream's pages ask for, and a count:
+    ``check``'s question to a delete stream (are its audit rows readable, with documentkey?)."""
+    return _one_row(spec, requested_fields(spec), with_query=True, count=True)
+
+
+def sample_params(spec: TableSpec, *, display: bool = False) -> dict[str, str]:
+    """One row of the table without a query: every field the user can see, or (``display``)
+    the timestamp field with its display value, which shows the user's time zone."""
+    if display:
+        return _one_row(spec, spec.timestamp_field, with_query=False, display_value="all")
+    return _one_row(spec, None, with_query=False)
+
+
+def user_params(user_name: str) -> dict[str, str]:
+    """The integration user's own ``sys_user`` row: its time zone."""
+    return {
+        "sysparm_query": f"user_name={user_name}",
+        "sysparm_fields": "user_name,time_zone",
+        "sysparm_limit": "1",
+        "sysparm_display_value": "false",
+        "sysparm_no_count": "true",
+    }
+
+
+def _one_row(
+    spec: TableSpec,
+    fields: str | None,
+    *,
+    with_query: bool,
+    count: bool = False,
+    display_value: str = "false",
+) -> dict[str, str]:
+    params = {
+        "sysparm_limit": "1",
+        "sysparm_display_value": display_value,
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "false" if count else "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+    if fields:
+        params["sysparm_fields"] = fields
+    if with_query and spec.normalised_query:
+        params["sysparm_query"] = spec.normalised_query
+    params.update(scope_params(spec.query_domain, spec.query_category))
+    return params

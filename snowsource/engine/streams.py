@@ -42,6 +42,7 @@ from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import probe_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
@@ -252,9 +253,12 @@ class TableHooks(StreamHooks):
 class DeleteHooks(StreamHooks):
     """A table's delete stream: tombstones on the table's topic, behind the table's sweeps."""
 
-    def __init__(self, spec: TableSpec, *, mark: SweepMark) -> None:
+    def __init__(
+        self, spec: TableSpec, *, mark: SweepMark, client: PageSource | None = None
+    ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
+        self._client = client
         shaper = TombstoneShaper(
             display_value="false",
             exclude_reference_link=True,
@@ -270,6 +274,19 @@ class DeleteHooks(StreamHooks):
             DELETE,
         ]
         self.record_headers = _audit_headers
+
+    async def start(self) -> None:
+        # The stream reads nothing until its table completed a sweep, which may take hours: a
+        # missing read ACL on sys_audit_delete is asked about now, so it FAILs the stream now.
+        if self._client is None:
+            return
+        spec = self.spec
+        try:
+            await self._client.get_page(
+                spec.name, probe_params(spec, with_query=True), label=spec.alias
+            )
+        except RetriableError:
+            return  # the stream's own pages retry; only a refusal is worth failing early
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
@@ -343,7 +360,7 @@ def stream_hooks(
     hooks: dict[str, StreamHooks] = {}
     for spec in specs:
         if spec.base is not None and spec.stream == "deletes":
-            hooks[spec.alias] = DeleteHooks(spec, mark=marks[spec.base.alias])
+            hooks[spec.alias] = DeleteHooks(spec, mark=marks[spec.base.alias], client=client)
         elif spec.base is not None and spec.stream == "reconcile":
             hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
         elif spec.stream == "journal":

@@ -375,7 +375,11 @@ async def test_recipe_drop_one_table(env: Env, http: ClientSession) -> None:
         stored = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
         assert set(stored) == {"change_request"}
         _, listing = await call(http, "GET", f"{url}/offsets")
-        assert [o["partition"]["table"] for o in listing["offsets"]] == ["change_request"]
+        # The reset partition is still listed, its offset null, as a Connect worker lists it.
+        assert [(o["partition"]["table"], o["offset"] is None) for o in listing["offsets"]] == [
+            ("change_request", False),
+            ("incident", True),
+        ]
 
         await resume(http, daemon, "incident", "change_request")
         replayed = await new_records(env, "incident", before_inc)
@@ -402,7 +406,12 @@ async def test_recipe_reset_all(env: Env, http: ClientSession) -> None:
 
         assert await call(http, "DELETE", f"{url}/offsets") == (200, {"message": RESET_MESSAGE})
         assert await read_offsets(env.bootstrap, env.offsets_topic, env.name) == {}
-        assert await call(http, "GET", f"{url}/offsets") == (200, {"offsets": []})
+        # Like Connect right after DELETE: every reset partition, its offset null.
+        reset = [
+            {"partition": spec_of(daemon, alias).partition.as_dict(), "offset": None}
+            for alias in sorted(tables)
+        ]
+        assert await call(http, "GET", f"{url}/offsets") == (200, {"offsets": reset})
         # Idempotent, like Connect.
         assert await call(http, "DELETE", f"{url}/offsets") == (200, {"message": RESET_MESSAGE})
 

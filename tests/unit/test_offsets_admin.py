@@ -193,6 +193,28 @@ def test_listing_order_configured_first_then_orphans_by_table() -> None:
     ]
 
 
+def test_partitions_the_caller_deleted_are_listed_with_a_null_offset_like_connect() -> None:
+    value = offset(CHANGE.partition)
+    reordered = dict(reversed(list(INCIDENT.partition.as_dict().items())))
+    deleted = [
+        encode_key(CONNECTOR, INCIDENT.partition.as_dict()),
+        orjson.dumps([CONNECTOR, reordered]),  # the same partition, another spelling: once
+        encode_key(CONNECTOR, CHANGE.partition.as_dict()),  # written again since: its value
+        encode_key("another-connector", INCIDENT.partition.as_dict()),
+        b"not a key",
+    ]
+    listing = connect_listing(CONNECTOR, [entry(CHANGE.partition, value)], TABLES, deleted=deleted)
+    assert listing == {
+        "offsets": [
+            {"partition": CHANGE.partition.as_dict(), "offset": value},
+            {"partition": INCIDENT.partition.as_dict(), "offset": None},
+        ]
+    }
+    listed = listing["offsets"][1]["partition"]
+    assert isinstance(listed, dict)
+    assert list(listed) == list(INCIDENT.partition.as_dict())  # canonical key order
+
+
 def test_connect_listing_is_the_rest_shape_with_canonical_partition_order() -> None:
     value = offset(CHANGE.partition)
     listing = connect_listing(CONNECTOR, [entry(CHANGE.partition, value)], TABLES)
@@ -334,10 +356,13 @@ def test_document_shape_errors(document: object, message: str) -> None:
         parse_offsets_document(document)
 
 
-def test_document_pairs_and_missing_offset_means_null() -> None:
+def test_document_pairs_and_a_reset_is_an_explicit_null() -> None:
     p = CHANGE.partition.as_dict()
     assert parse_offsets_document({"offsets": []}) == []
-    assert parse_offsets_document({"offsets": [{"partition": p}]}) == [(p, None)]
+    assert parse_offsets_document({"offsets": [{"partition": p, "offset": None}]}) == [(p, None)]
+    # A dropped "offset" key is no reset: a typo must not replay the table from the start.
+    with pytest.raises(OffsetError, match=r'offsets\[0\] has no "offset" key'):
+        parse_offsets_document({"offsets": [{"partition": p}]})
     assert parse_offsets_document({"offsets": [{"partition": p, "offset": {"a": "b"}}]}) == [
         (p, {"a": "b"})
     ]
