@@ -239,7 +239,7 @@ class KeySweep:
             if await sleep_or_stop(stop, (due - self._now()).total_seconds()):
                 raise StoppedError("stop requested")
             progress = None
-        await self._sweep(progress or fresh_sweep(self._now()))
+        await self.sweep(progress or fresh_sweep(self._now()))
 
     def _show(self, progress: SweepProgress | None) -> None:
         status = self.status
@@ -251,9 +251,9 @@ class KeySweep:
         status.state = TableState.RUNNING
         metrics.set_state(self.spec.alias, TableState.RUNNING.value)
 
-    async def _sweep(self, progress: SweepProgress) -> None:
+    async def sweep(self, progress: SweepProgress) -> SweepSummary:
         """One sweep from ``progress``: compare every key page, tombstone what the instance
-        lost, store the progress after each page."""
+        lost, store the progress after each page. Returns what it found."""
         summary = SweepSummary()
         await self._save(progress)
         self._show(progress)
@@ -283,6 +283,7 @@ class KeySweep:
             self._show(progress)
         await self._save(replace(progress, ended=True))
         self._ended(replace(progress, ended=True), summary)
+        return summary
 
     def _ended(self, progress: SweepProgress, summary: SweepSummary) -> None:
         self.last_sweep = summary
