@@ -221,9 +221,9 @@ def _report(result: dict[str, Any], traced: dict[str, Any], rows: int) -> None:
     per_million = 1_000_000 / max(live, 1)
     print(
         f"memory: RSS {result['rss_before']:.0f} MiB before the sweep, peak "
-        f"{result['rss_peak']:.0f} MiB (+{grown:.0f} MiB, {grown * per_million:.0f} MiB per million keys); Python heap "
-        f"peak {traced['heap_peak_mib']:.0f} MiB ({traced['heap_peak_mib'] * per_million:.0f} MiB "
-        f"per million keys, tracemalloc run)"
+        f"{result['rss_peak']:.0f} MiB (+{grown:.0f} MiB, {grown * per_million:.0f} MiB per "
+        f"million keys); Python heap peak {traced['heap_peak_mib']:.0f} MiB "
+        f"({traced['heap_peak_mib'] * per_million:.0f} MiB per million keys, tracemalloc run)"
     )
 
 
