@@ -13,15 +13,18 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
+import aiohttp
 import orjson
 import pytest
 
+from snowsource.cli.offsets import amain as offsets_main
 from snowsource.config.settings import Settings
 from snowsource.core.offsets_codec import SourcePartition, encode_key
 from snowsource.core.reconcile import reconcile_partition
 from snowsource.emulator.journal import Request
 from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.supervisor import Daemon
+from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
@@ -30,7 +33,9 @@ from tests.integration.engine import (
     read_topic,
     status,
     sweeps_after,
+    write_config,
 )
+from tests.integration.engine import running as engine_running
 
 PAGE = 10
 RECONCILE = {"name": "incident", "deletes": "reconcile", "reconcile.interval.seconds": 1}
@@ -227,3 +232,41 @@ async def test_audit_and_reconcile_send_one_tombstone_for_one_delete(env: Env) -
     records = await read_topic(env.bootstrap, env.topic("incident"))
     assert _tombstones(records) == Counter(doomed)
     assert summary.tombstones == 0
+
+
+async def test_status_offsets_script_and_metrics_name_the_sweep_and_the_journal(
+    unaudited: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = unaudited
+    env.emu.seed(tables=("incident",), rows=5)
+    first = env.emu.rows("incident")[0]["sys_id"]
+    env.emu.add_journal_entry("incident", first, "a comment")
+    tables = {"incident": {**RECONCILE, "journal": True}}
+    rest = {"rest": {"enabled": True, "port": 0}}
+    config = write_config(env.tmp_path / "named.yaml", env.document(tables, **rest))
+    async with engine_running(env.settings(tables, **rest)) as daemon:
+        await poll_until(caught_up(daemon, "incident", "incident.journal"))
+        env.emu.delete("incident", first)
+        await poll_until(lambda: status(daemon, "incident.reconcile").rows_emitted == 1)
+        api = daemon.api
+        assert api is not None
+        url = f"{api.url}/connectors/{env.name}/status"  # type: ignore[attr-defined]
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            assert resp.status == 200
+            body = orjson.loads(await resp.read())
+    found = body["tables"]
+    assert set(found) == {"incident", "incident.reconcile", "incident.journal"}
+    assert found["incident.reconcile"]["table"] == "incident"
+    assert found["incident.reconcile"]["rows_emitted"] == 1
+    assert found["incident.journal"]["table"] == "sys_journal_field"
+    assert found["incident.journal"]["rows_emitted"] == 1
+    emitted = metrics.REGISTRY.get_sample_value(
+        "snowsource_rows_emitted_total", {"table": "incident.reconcile"}
+    )
+    assert emitted is not None
+    assert emitted >= 1
+    capsys.readouterr()
+    assert await offsets_main(["list", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "incident.reconcile" in out, out
+    assert "incident.journal" in out, out
