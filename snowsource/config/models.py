@@ -77,6 +77,7 @@ from snowsource.config.fields import (
     stringify_configs,
 )
 from snowsource.config.sources import active_sources
+from snowsource.config.streams import derived_stream_problems
 from snowsource.core.cursor import parse_ts
 from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
@@ -231,46 +232,15 @@ class TableConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _derived_streams_need_the_table_itself(self) -> TableConfig:
-        # sys_audit_delete records deletions of tables; a view's rows are never deleted as
-        # such, its documentkey would not be the view's prefixed id, a key sweep pages sys_id
-        # and journal rows point at a record's sys_id.
-        if self.id_field == "sys_id":
-            return self
-        view = f"a table read through a database view (id.field is {self.id_field!r}, not 'sys_id')"
-        found: list[tuple[str, str]] = []
-        if self.deletes is not Deletes.NONE:
-            found.append(
-                (
-                    "deletes",
-                    f"{self.deletes.value} is not possible for {view}: use deletes: none, or "
-                    "add an alias for the base table itself with the deletes mode you want",
-                )
-            )
-        if self.journal:
-            found.append(
-                (
-                    "journal",
-                    f"true is not possible for {view}: use journal: false, or add an alias for "
-                    "the base table itself with journal: true",
-                )
-            )
+    def _derived_streams_are_possible(self) -> TableConfig:
+        found = derived_stream_problems(
+            id_field=self.id_field,
+            deletes=self.deletes,
+            journal=self.journal,
+            journal_topic=self.journal_topic,
+        )
         if found:
             raise problems_error(found)
-        return self
-
-    @model_validator(mode="after")
-    def _journal_topic_needs_journal(self) -> TableConfig:
-        if self.journal_topic is not None and not self.journal:
-            raise problems_error(
-                [
-                    (
-                        "journal.topic",
-                        "is set but journal is false: set journal: true to stream the "
-                        "table's comments and work notes, or remove journal.topic",
-                    )
-                ]
-            )
         return self
 
     @model_validator(mode="after")

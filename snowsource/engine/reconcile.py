@@ -19,7 +19,9 @@ offsets script and shutdown treat it like every stream; it replaces only ``run``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -68,7 +70,7 @@ from snowsource.engine.ports import OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
 from snowsource.engine.streams import ReconcileHooks, SweepMark
 from snowsource.observability import metrics
-from snowsource.runtime.aio import sleep_or_stop
+from snowsource.runtime.aio import done_before, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, DeadlineExceededError, StoppedError, retrying
 
@@ -314,10 +316,22 @@ class KeySweep:
             self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._retrying
         ):
             with attempt:
-                return await self._keys.live_keys(
-                    self.spec.topic, instance=self._instance, table=self._base.name
+                return await self._unless_stopped(
+                    self._keys.live_keys(
+                        self.spec.topic, instance=self._instance, table=self._base.name
+                    )
                 )
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
+
+    async def _unless_stopped(self, reading: Coroutine[Any, Any, LiveKeys]) -> LiveKeys:
+        # Reading a large topic takes seconds: a stop must not wait for it (nothing to drain).
+        task = asyncio.ensure_future(reading)
+        if not await done_before(task, self._stop.event):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise StoppedError("stop requested")
+        return task.result()
 
     # ---------------------------------------------------------------- ServiceNow requests
 
