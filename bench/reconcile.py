@@ -98,6 +98,7 @@ async def _instance_keys(session: aiohttp.ClientSession, url: str) -> list[str]:
             "sysparm_fields": "sys_id",
             "sysparm_limit": str(KEY_PAGE_SIZE),
             "sysparm_no_count": "true",
+            "sysparm_suppress_pagination_header": "true",
         }
         async with session.get(f"{url}/api/now/table/incident", params=params) as response:
             rows = (await response.json())["result"]

@@ -65,6 +65,7 @@ from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import scope_params
 from snowsource.core.timestamps import format_ts
 from snowsource.engine.committer import OffsetWriter
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.poller import Poller, TableState, TableStatus
 from snowsource.engine.ports import OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
@@ -146,6 +147,7 @@ class ReconcilePoller(Poller):
             status=self.status,
             page_size=page_size,
             now=now,
+            failures=self._failures,
         )
 
     async def run(self) -> None:
@@ -183,8 +185,11 @@ class KeySweep:
         status: TableStatus,
         page_size: int = KEY_PAGE_SIZE,
         now: Callable[[], datetime] = _utcnow,
+        failures: FailureTracker | None = None,
     ) -> None:
         assert spec.base is not None, "a key sweep's spec names its table"
+        # Retried errors count into the status (and health) like any stream's.
+        self._failures = failures
         self.spec = spec
         self._base = spec.base
         self._client = client
@@ -200,7 +205,7 @@ class KeySweep:
         self.log = structlog.get_logger("snowsource.engine.reconcile").bind(
             table=spec.alias, snow_table=spec.name
         )
-        self._offsets = OffsetWriter(store, retry, table=spec.alias)
+        self._offsets = OffsetWriter(store, retry, table=spec.alias, failures=failures)
         self._instance = spec.partition.instance
         self._headers = [
             ("snow.instance", self._instance.encode()),
@@ -316,11 +321,14 @@ class KeySweep:
             self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._retrying
         ):
             with attempt:
-                return await self._unless_stopped(
+                live = await self._unless_stopped(
                     self._keys.live_keys(
                         self.spec.topic, instance=self._instance, table=self._base.name
                     )
                 )
+                if self._failures is not None:
+                    self._failures.succeeded(FailureSource.KAFKA)
+                return live
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
 
     async def _unless_stopped(self, reading: Coroutine[Any, Any, LiveKeys]) -> LiveKeys:
@@ -366,13 +374,20 @@ class KeySweep:
         ):
             with attempt:
                 alias = self.spec.alias
-                return await self._client.get_page(
+                page = await self._client.get_page(
                     table, params, label=alias, requester=alias, priority=Priority.LOW
                 )
+                if self._failures is not None:
+                    self._failures.succeeded(FailureSource.SERVICENOW)
+                return page
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
 
     def _retrying(self, attempt: Attempt, delay: float) -> None:
         metrics.RETRIES.labels(table=self.spec.alias).inc()
+        if self._failures is not None:
+            snow = isinstance(attempt.error, RetriableError)
+            source = FailureSource.SERVICENOW if snow else FailureSource.KAFKA
+            self._failures.failed(source, str(attempt.error))
         self.log.warning(
             "key sweep request failed; retrying",
             error=str(attempt.error),
