@@ -28,9 +28,12 @@ from snowsource.core.table import TableSpec
 from snowsource.core.timestamps import format_ts, parse_ts
 
 #: sys_ids per key page (SPEC §14.3) and per re-check request (a ``sys_idIN`` list of 200
-#: sys_ids keeps the URL near 7 KB, below every proxy's limit).
+#: sys_ids keeps the URL near 7 KB, below every proxy's limit). The keys lost by consecutive
+#: pages share a re-check until 200 are waiting or 10 pages passed (the sweep's progress
+#: waits for them: at most 100,000 keys are read again after a restart).
 KEY_PAGE_SIZE: Final = 10000
 RECHECK_BATCH: Final = 200
+RECHECK_PAGES: Final = 10
 KEY_BYTES: Final = 16
 ALIAS_SUFFIX: Final = ".reconcile"
 CURSOR_FIELD: Final = "sys_id"

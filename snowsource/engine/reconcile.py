@@ -47,6 +47,8 @@ from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import encode_value
 from snowsource.core.reconcile import (
     KEY_PAGE_SIZE,
+    RECHECK_BATCH,
+    RECHECK_PAGES,
     SOURCE_HEADER,
     SOURCE_RECONCILE,
     LiveKeys,
@@ -260,13 +262,13 @@ class KeySweep:
 
     async def sweep(self, progress: SweepProgress) -> SweepSummary:
         """One sweep from ``progress``: compare every key page, tombstone what the instance
-        lost, store the progress after each page. Returns what it found."""
+        lost, store the progress as it settles. Returns what it found."""
         summary = SweepSummary()
         await self._save(progress)
         self._show(progress)
         live = await self._live_keys()
         summary.live_in_kafka = len(live)
-        after, others = progress.after, list[str]()
+        after, others, lost, unsettled = progress.after, list[str](), list[str](), 0
         while True:
             keys = await self._key_page(after, summary)
             last_page = len(keys) < self._page_size
@@ -275,19 +277,24 @@ class KeySweep:
             diff = compare_page(live, after, sys_ids, last_page=last_page)
             summary.instance_keys += len(keys)
             summary.missing_in_kafka += len(diff.missing_in_kafka)
-            lost = diff.missing_in_instance
+            lost += diff.missing_in_instance
             if last_page:
-                lost = lost + missing_others(live, others)
-            if lost:
-                await self._tombstone(lost, summary)
+                lost += missing_others(live, others)
             after = max(sys_ids[-1] if sys_ids else after, after)
-            progress = replace(progress, after=after)
+            unsettled += 1
             self.status.pages += 1
             metrics.PAGES.labels(table=self.spec.alias).inc()
+            # Lost keys of several pages share a re-check; the progress moves past a page only
+            # once every key it lost is settled, so a restart re-reads the unsettled ones.
+            if last_page or len(lost) >= RECHECK_BATCH or unsettled >= RECHECK_PAGES:
+                await self._tombstone(lost, summary)
+                lost, unsettled = [], 0
             if last_page:
                 break
-            await self._save(progress)
-            self._show(progress)
+            if not lost:
+                progress = replace(progress, after=after)
+                await self._save(progress)
+                self._show(progress)
         await self._save(replace(progress, ended=True))
         self._ended(replace(progress, ended=True), summary)
         return summary

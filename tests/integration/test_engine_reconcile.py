@@ -20,7 +20,7 @@ import pytest
 from snowsource.cli.offsets import amain as offsets_main
 from snowsource.config.settings import Settings
 from snowsource.core.offsets_codec import SourcePartition, encode_key
-from snowsource.core.reconcile import reconcile_partition
+from snowsource.core.reconcile import RECHECK_PAGES, reconcile_partition
 from snowsource.emulator.journal import Request
 from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.supervisor import Daemon
@@ -172,7 +172,8 @@ async def test_a_key_back_by_the_recheck_is_never_deleted(unaudited: Env) -> Non
 
 async def test_a_restart_mid_sweep_resumes_after_the_last_reconciled_key(unaudited: Env) -> None:
     env = unaudited
-    env.emu.seed(tables=("incident",), rows=60)
+    # 25 key pages: the lost keys of ten pages share a re-check, then the progress moves.
+    env.emu.seed(tables=("incident",), rows=250)
     keys = sorted(row["sys_id"] for row in env.emu.rows("incident"))
     doomed = keys[5::7]
     key_pages: list[Request] = []
@@ -183,17 +184,17 @@ async def test_a_restart_mid_sweep_resumes_after_the_last_reconciled_key(unaudit
         for sys_id in doomed:
             env.emu.delete("incident", sys_id)
         env.emu.latency_ms = 150  # key pages slow enough to stop between two of them
-        third_page_last = keys[3 * PAGE - 1]
+        tenth_page_last = keys[RECHECK_PAGES * PAGE - 1]
 
-        def past_third_page() -> bool:
+        def settled_ten_pages() -> bool:
             stored = status(daemon, "incident.reconcile").committed
             return (
                 stored is not None
                 and stored.phase == "backfill"
-                and stored.sys_id >= third_page_last
+                and stored.sys_id >= tenth_page_last
             )
 
-        await poll_until(past_third_page)
+        await poll_until(settled_ten_pages)
         sweep = status(daemon, "incident.reconcile")
     stored = sweep.committed
     assert stored is not None

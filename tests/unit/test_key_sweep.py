@@ -169,3 +169,23 @@ async def test_progress_is_stored_after_each_page_and_a_sweep_resumes_after_it()
     await sweep.sweep(resumed)
     assert "sys_id>" + _key(19) in instance.calls[0][1]["sysparm_query"]
     assert encode_key(CONNECTOR, sweep.spec.partition) in store.data
+
+
+async def test_keys_lost_by_several_pages_share_one_recheck_and_hold_the_progress() -> None:
+    kept = {_key(i) for i in range(0, 300, 3)}  # 100 kept keys, 10 pages of 10
+    lost = [_key(i) for i in range(1, 300, 30)]  # one lost key in each page's range
+    instance = _Instance(kept)
+    sweep, sink, store = _sweep(instance, sorted(kept) + lost, page_size=10)
+    summary = await sweep.sweep(fresh_sweep(NOW))
+    queries = [params["sysparm_query"] for _, params, _, _ in instance.calls]
+    rechecks = [q for q in queries if "sys_idIN" in q]
+    assert len(rechecks) == 1  # ten pages, ten lost keys, one request
+    assert sorted(r.key.decode() for r in sink.sent) == sorted(lost)
+    assert summary.tombstones == len(lost)
+    stored = [orjson.loads(v or b"null") for _, v in store.writes]
+    # Nothing settles before the re-check after the tenth page: no progress is stored earlier.
+    assert [(o["phase"], o["sys_id"]) for o in stored] == [
+        ("backfill", ""),
+        ("backfill", _key(297)),
+        ("stream", ""),
+    ]
