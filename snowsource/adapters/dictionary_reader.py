@@ -22,6 +22,7 @@ from snowsource.core.dictionary import (
     parent_query,
 )
 from snowsource.core.errors import TableError
+from snowsource.core.tableapi import schema_params
 
 # Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
 # chain is a super_class loop the pure walk then names.
@@ -39,16 +40,8 @@ class PageGetter(Protocol):
 async def _rows(
     client: PageGetter, table: str, query: str, fields: tuple[str, ...], limit: int
 ) -> list[dict[str, Any]]:
-    params = {
-        "sysparm_query": query,
-        "sysparm_fields": ",".join(fields),
-        "sysparm_limit": str(limit),
-        "sysparm_exclude_reference_link": "true",
-        "sysparm_no_count": "true",
-        "sysparm_suppress_pagination_header": "true",
-    }
     try:
-        page = await client.get_page(table, params)
+        page = await client.get_page(table, schema_params(query, fields, limit))
     except TableError as exc:
         if exc.status == 403:
             raise TableError(

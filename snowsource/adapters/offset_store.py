@@ -167,10 +167,6 @@ class OffsetStore(AsyncResource):
         # Keys this process wrote while a reload was reading: their in-memory value is newer
         # than what the reload may have seen (in group mode a reload runs beside pollers).
         self._written_during_load: set[bytes] = set()
-        # Keys this process deleted (tombstoned) since it last began reading the topic. A Connect
-        # worker keeps listing such a partition, with a null offset, until its own view of the
-        # topic catches up with the tombstone: GET offsets right after DELETE shows them so.
-        self._deleted_since_load: set[bytes] = set()
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -180,6 +176,10 @@ class OffsetStore(AsyncResource):
         self._peak: dict[bytes, tuple[str, str]] = {}
         self._moved_back: dict[bytes, bool] = {}
         self._warned: set[bytes] = set()  # unparseable keys already reported
+        # Keys this process deleted (tombstoned) since it last began reading the topic. A Connect
+        # worker keeps listing such a partition, with a null offset, until its own view of the
+        # topic catches up with the tombstone: GET offsets right after DELETE shows them so.
+        self._deleted_since_load: set[bytes] = set()
         self._producer: AIOKafkaProducer | None = None
         self._num_partitions = 0
         self._closed = False
@@ -279,7 +279,6 @@ class OffsetStore(AsyncResource):
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         self._written_during_load = set()
-        self._deleted_since_load = set()
         try:
             await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
@@ -313,6 +312,9 @@ class OffsetStore(AsyncResource):
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
+        # A load reads every tombstone written before it began: only those written while it
+        # read are still news to this store's view (GET lists them with a null offset).
+        self._deleted_since_load &= self._written_during_load
         self._written_ms = written
         for key in data:
             if key not in self._warned and parse_key(key) is None:

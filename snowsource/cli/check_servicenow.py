@@ -223,6 +223,21 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
         # 403/404/400 come after authentication: the user is known, it just may not read this.
         user_note = f"its sys_user record is not readable ({exc.status or 'error'})"
     results = [reachable, CheckResult(_CREDENTIALS, Status.PASS, _auth_description(settings))]
+    lines, probes = await _table_lines(client, settings, streams)
+    results += lines
+    tables = [specs[0] for specs in streams]
+    results.append(
+        await _time_zone(
+            client, tables, login=login, user_row=user_row, user_note=user_note, probes=probes
+        )
+    )
+    return results
+
+
+async def _table_lines(
+    client: ServiceNowClient, settings: Settings, streams: list[list[TableSpec]]
+) -> tuple[list[CheckResult], list[_TableProbe]]:
+    """Each table's own lines followed by its extra streams' (``check_access``), in order."""
     probes = await asyncio.gather(*(_probe_table(client, specs[0]) for specs in streams))
     access = await asyncio.gather(
         *(
@@ -230,19 +245,10 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
             for (alias, table), specs in zip(settings.tables.items(), streams, strict=True)
         )
     )
+    lines: list[CheckResult] = []
     for probe, needs in zip(probes, access, strict=True):
-        results += probe.results + needs
-    results.append(
-        await _time_zone(
-            client,
-            [specs[0] for specs in streams],
-            login=login,
-            user_row=user_row,
-            user_note=user_note,
-            probes=probes,
-        )
-    )
-    return results
+        lines += probe.results + needs
+    return lines, list(probes)
 
 
 async def _stream_checks(

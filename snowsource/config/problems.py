@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from snowsource.config.fields import PROBLEMS_ERROR
 from snowsource.config.models import Settings
-from snowsource.config.redaction import mask_userinfo, mask_values
+from snowsource.config.redaction import mask_userinfo
 from snowsource.config.schema import (
     Loc,
     aliased_loc,
@@ -30,6 +30,7 @@ from snowsource.config.schema import (
     model_at,
     model_of,
 )
+from snowsource.core.secret_text import mask
 
 
 def dotted(loc: Iterable[str | int]) -> str:
@@ -118,7 +119,7 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
         given = error.get("input")
         if isinstance(given, str) and _near_credentials(loc):
             # A validator's own message may quote its input (``'x' is not host:port``).
-            message = mask_values(message, (given,))
+            message = mask(message, (given,))
         problems.append((dotted(loc), message))
     return problems
 
@@ -130,7 +131,6 @@ def safe_problems(
     (the configured secrets) masked: the last line of defence."""
     known = tuple(secrets)
     unique = dict.fromkeys(
-        (mask_values(path, known), mask_values(mask_userinfo(message), known))
-        for path, message in problems
+        (mask(path, known), mask(mask_userinfo(message), known)) for path, message in problems
     )
     return list(unique)

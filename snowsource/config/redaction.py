@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import quote, quote_plus
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
+
+from snowsource.core.secret_text import REDACTED
 
 if TYPE_CHECKING:
     from snowsource.config.models import Settings
 
-REDACTED: Final = "***"
+__all__ = ["REDACTED", "RedactedConfig", "mask_userinfo", "redacted_dict"]
 
 # scheme://userinfo@ — greedy up to the last '@' of the run, so a password that itself contains
 # '@' (or '/', '#', ':') is masked whole rather than cut where a URL parser would cut it.
@@ -29,27 +30,6 @@ def _masked_userinfo(userinfo: str) -> str:
 def mask_userinfo(text: str) -> str:
     """Every ``scheme://user:password@`` in ``text`` as ``scheme://user:***@``."""
     return _USERINFO_RE.sub(lambda m: f"{m['scheme']}{_masked_userinfo(m['userinfo'])}@", text)
-
-
-# Below this length a secret is masked only where it is quoted ('abc'): masking every bare
-# occurrence of a short value would blank out ordinary words of the message around it.
-_MIN_BARE_SECRET: Final = 4
-
-
-def mask_values(text: str, values: Iterable[str]) -> str:
-    """``text`` with each of ``values`` as ``***``: quoted as ``repr`` shows it, bare, and in
-    the URL-encoded forms a URL would carry it in (bare forms only from 4 characters on)."""
-    forms: set[str] = set()
-    for value in values:
-        if not value:
-            continue
-        forms.add(repr(value))
-        if len(value) >= _MIN_BARE_SECRET:
-            forms.update((value, repr(value)[1:-1], quote(value, safe=""), quote_plus(value)))
-    # Longest first, so a secret that contains another one is masked whole.
-    for form in sorted(forms, key=len, reverse=True):
-        text = text.replace(form, REDACTED)
-    return text
 
 
 class RedactedConfig(dict[str, Any]):

@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from snowsource.core.errors import ConnectorImportError
+from snowsource.core.secret_text import mask
 
 Dialect = Literal["java", "confluent"]
 
@@ -444,10 +445,12 @@ def _render(node: Mapping[str, Any], indent: int, out: list[str]) -> None:
             out.append(f"{pad}{name}: {_scalar(value)}")
 
 
-def _comment_value(key: str, value: Any) -> str:
+def _comment_value(key: str, value: Any, secrets: list[str]) -> str:
     if _secret_key(key):
         return "<secret>"
     text = _text(value) if not isinstance(value, dict | list) else "<structured value>"
+    # Masked before it is cut, so no part of a secret pasted into this key is shown.
+    text = mask(text, secrets)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -467,11 +470,14 @@ def render_yaml(imported: Imported, source: Mapping[str, Any], origin: str) -> s
         )
     out = [f"# snowsource configuration imported from {origin} ({dialect} config)."]
     out.append(f"# {hint} See docs/migration.md.")
-    out += [f"# Note: {note}" for note in imported.notes]
+    # The secrets of the source: one pasted into another key must not reach a comment either.
+    secrets = [v for k, v in source.items() if _secret_key(k) and isinstance(v, str)]
+    out += [mask(f"# Note: {note}", secrets) for note in imported.notes]
     if imported.unmapped:
         out.append("# Keys that could not be mapped:")
-        for key, reason in imported.unmapped:
-            value = _comment_value(key, source.get(key, ""))
+        for key, raw_reason in imported.unmapped:
+            value = _comment_value(key, source.get(key, ""), secrets)
+            reason = mask(raw_reason, secrets)
             out.append(f"#   {key} = {value}  ({reason})" if value else f"#   {key}  ({reason})")
     _render(imported.document, 0, out)
     # A connector config does not say which cluster or offsets topic its worker used.

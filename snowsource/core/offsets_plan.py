@@ -302,7 +302,12 @@ def _reasons(exc: OffsetError) -> str:
 
 
 def _describe(partition: Mapping[str, object]) -> str:
-    return orjson.dumps(dict(partition)).decode()
+    try:
+        return orjson.dumps(dict(partition)).decode()
+    except TypeError:
+        # A value JSON cannot carry (an integer past 64 bits): only a Python caller passes one,
+        # and it still deserves an OffsetError naming the partition, not a crash.
+        return repr(dict(partition))
 
 
 def validate_change(

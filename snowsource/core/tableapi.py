@@ -87,6 +87,19 @@ def sample_params(spec: TableSpec, *, display: bool = False) -> dict[str, str]:
     return _one_row(spec, None, with_query=False)
 
 
+def schema_params(query: str, fields: tuple[str, ...], limit: int) -> dict[str, str]:
+    """A read of the schema tables (``sys_db_object``, ``sys_dictionary``) for typed records:
+    the same for the daemon and ``check``, which both go through ``dictionary_reader``."""
+    return {
+        "sysparm_query": query,
+        "sysparm_fields": ",".join(fields),
+        "sysparm_limit": str(limit),
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
+
+
 def user_params(user_name: str) -> dict[str, str]:
     """The integration user's own ``sys_user`` row: its time zone."""
     return {

@@ -5,9 +5,8 @@ echoed back all go through it. It knows two kinds of secret:
 
 - values registered here (configured passwords, client secrets, API keys, the REST token, SASL
   passwords, and OAuth tokens once the instance handed them out), each in every encoding it can
-  travel in: as is, URL-encoded (form bodies, query strings), JSON-escaped, as Python would
-  ``repr`` it inside ``bytes`` (aiokafka's request dumps), base64 alone, and ``user:password`` in
-  base64 (a Basic header);
+  travel in (``core/secret_text``: as is, URL-encoded, JSON-escaped, as Python ``repr`` shows it,
+  base64), and ``user:password`` in base64 (a Basic header);
 - shapes that are credentials whatever their value: ``Authorization: Basic …``/``Bearer …``,
   and ``password=``/``client_secret=``/``access_token=``… in forms, JSON and query strings. They
   catch what a server echoes before we could know the value (a token it issued in an error page).
@@ -18,15 +17,13 @@ response without an event loop.
 
 from __future__ import annotations
 
-import base64
 import re
 import threading
 from collections import deque
 from collections.abc import Iterable
 from typing import Final
-from urllib.parse import quote, quote_plus
 
-import orjson
+from snowsource.core.secret_text import MIN_SECRET_LENGTH, REDACTED, encodings
 
 __all__ = [
     "REDACTED",
@@ -37,10 +34,6 @@ __all__ = [
     "register_secrets",
 ]
 
-REDACTED: Final = "***"
-
-# Shorter values would blank ordinary words and digits all over the output.
-_MIN_SECRET_LENGTH: Final = 3
 # Bearer tokens are renewed every half hour for as long as the daemon runs; keeping only the most
 # recent ones bounds the registry while still covering tokens an in-flight error may quote.
 _TRANSIENT_KEPT: Final = 32
@@ -76,23 +69,11 @@ _FORM: Final = re.compile(
 _SCHEMES: Final = re.compile(r"(?i)\b(Basic|Bearer)\s+[A-Za-z0-9+/=._~-]{6,}")
 
 
-def _encodings(value: str) -> set[str]:
-    forms = {
-        value,
-        quote(value, safe=""),
-        quote_plus(value, safe=""),
-        orjson.dumps(value).decode()[1:-1],
-        repr(value.encode())[2:-1],
-        base64.b64encode(value.encode()).decode(),
-    }
-    return {f for f in forms if len(f) >= _MIN_SECRET_LENGTH}
-
-
 def _rebuild() -> None:
     global _pattern  # noqa: PLW0603 - one process-wide registry by design
     forms: set[str] = set()
     for value in (*_static, *_transient):
-        forms |= _encodings(value)
+        forms |= encodings(value)
     # Longest first, so a secret that contains another is blanked whole.
     ordered = sorted(forms, key=len, reverse=True)
     _pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
@@ -100,7 +81,7 @@ def _rebuild() -> None:
 
 def register_secret(value: str | None, *, transient: bool = False) -> None:
     """Never print ``value`` in any of its encodings. ``transient`` for tokens that rotate."""
-    if not value or len(value) < _MIN_SECRET_LENGTH:
+    if not value or len(value) < MIN_SECRET_LENGTH:
         return
     with _lock:
         if value in _static or value in _transient:

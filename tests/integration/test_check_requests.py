@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from snowsource.cli.check import run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from snowsource.emulator.journal import Request
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, poll_until, running, write_config

@@ -62,3 +62,7 @@ async def test_get_after_delete_lists_every_reset_partition_with_a_null_offset(
         assert not wrong, wrong
         # The listing is only what Connect shows: the offsets really are gone.
         assert await read_offsets(env.bootstrap, env.offsets_topic, env.name) == {}
+        # Once the process reads the topic again (this DELETE reloads first) it knows they are
+        # gone: nothing is left to reset, and GET lists nothing.
+        assert (await call(http, "DELETE", url))[0] == 200
+        assert await call(http, "GET", url) == (200, {"offsets": []})

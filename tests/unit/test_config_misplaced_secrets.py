@@ -17,9 +17,10 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from snowsource.config.redaction import mask_values
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
+from snowsource.core.connector_import import import_connector, render_yaml
 from snowsource.core.errors import ConfigError
+from snowsource.core.secret_text import mask
 
 SECRET = "Hunter2:p@ss/w#rd"
 KAFKA_SECRET = "kafka-S3cret'quote"
@@ -137,13 +138,31 @@ def test_other_values_are_still_echoed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "values", "shown"),
     [
-        ("got 'abc'", ["abc"], "got ***"),
-        ("abc is short", ["abc"], "abc is short"),  # bare short values stay: words around
+        ("got 'ab'", ["ab"], "got ***"),
+        ("ab is short", ["ab"], "ab is short"),  # bare short values stay: words around
+        ("abc is not", ["abc"], "*** is not"),
         ("pw=Hunter2%3Ap%40ss and Hunter2:p@ss", ["Hunter2:p@ss"], "pw=*** and ***"),
         ("got 'a\\\\b1' (a\\b1)", ["a\\b1"], "got *** (***)"),
         ("longpassword and long", ["long", "longpassword"], "*** and ***"),
         ("nothing here", [""], "nothing here"),
     ],
 )
-def test_mask_values(text: str, values: list[str], shown: str) -> None:
-    assert mask_values(text, values) == shown
+def test_mask(text: str, values: list[str], shown: str) -> None:
+    assert mask(text, values) == shown
+
+
+def test_config_import_comments_do_not_show_a_secret_pasted_into_another_key() -> None:
+    connector = {
+        "name": "legacy",
+        "snow.url": "https://acme.service-now.com",
+        "snow.auth.username": "integration.user",
+        "snow.auth.password": SECRET,
+        "snow.tables": "incident",
+        "snow.table.incident.name": "incident",
+        "batch.size": SECRET,  # not a whole number: reported with its reason
+        "snow.frobnicate": f"pw={SECRET}",  # unknown: reported with its value
+    }
+    text = render_yaml(import_connector(connector), connector, "connector.json")
+    assert "#   batch.size = ***  (*** is not a whole number)" in text
+    assert "#   snow.frobnicate = pw=***" in text
+    _assert_clean(text)

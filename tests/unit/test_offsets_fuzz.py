@@ -203,3 +203,10 @@ def test_one_mutation_anywhere_is_refused_naming_its_entry(data: st.DataObject) 
     for allow_unconfigured in (False, True):
         message = _refusal(body, allow_unconfigured=allow_unconfigured)
         assert f"offsets[{named}]" in message, (what, value, message)
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**30])
+def test_an_integer_json_cannot_carry_is_an_offset_error_not_a_crash(value: int) -> None:
+    # Found by the mutation test above: describing such a partition used to raise TypeError.
+    body = {"offsets": [{"partition": {**PARTITIONS[0], "instance": value}, "offset": None}]}
+    assert "offsets[0]" in _refusal(body)
