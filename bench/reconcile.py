@@ -38,7 +38,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from bench.procstat import memory_mib
 from snowsource.adapters.sink import RecordSink
 from snowsource.adapters.topic_keys import TopicKeys
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key
 from snowsource.core.reconcile import KEY_PAGE_SIZE, fresh_sweep, key_query, reconcile_spec
 from snowsource.core.retry import RetryPolicy

@@ -30,7 +30,8 @@ from aiokafka.errors import KafkaError
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.topic_keys import read_live_keys
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import ConfigError, ServiceNowError
 from snowsource.core.reconcile import (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from snowsource.core.deletes import ACCESS_HINT
 from snowsource.engine.poller import TableState
 from tests.integration.conftest import Env

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from snowsource.cli.offsets import amain as offsets_main
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import SourcePartition, encode_key
 from snowsource.core.reconcile import RECHECK_PAGES, reconcile_partition
 from snowsource.emulator.journal import Request

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from snowsource.adapters.servicenow import Page
-from snowsource.config.settings import Deletes, LoadedConfig, load_config
+from snowsource.config.fields import Deletes
+from snowsource.config.loader import LoadedConfig, load_config
 from snowsource.core.cursor import Position
 from snowsource.core.dedup import DedupCache
 from snowsource.core.errors import ConfigError
