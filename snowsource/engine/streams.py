@@ -42,7 +42,7 @@ from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import probe_params
+from snowsource.core.tableapi import page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
@@ -281,9 +281,12 @@ class DeleteHooks(StreamHooks):
         if self._client is None:
             return
         spec = self.spec
+        # A page of the stream's own shape, for the very first second it could read: the
+        # refusal is the same, and the instance reads (almost) nothing.
+        start = Position(spec.start_timestamp, "")
         try:
             await self._client.get_page(
-                spec.name, probe_params(spec, with_query=True), label=spec.alias
+                spec.name, page_params(spec, start, spec.start_timestamp, 1), label=spec.alias
             )
         except RetriableError:
             return  # the stream's own pages retry; only a refusal is worth failing early
