@@ -33,8 +33,10 @@ kafka-status:
 test: install kafka-up
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+# Everything that needs no broker (tests that use it are marked `kafka` from their fixtures):
+# runs with no Kafka at all.
 test-unit: install
-	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not kafka" tests/unit tests/emulator $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

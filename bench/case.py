@@ -18,6 +18,7 @@ class Case:
     name: str
     tables: tuple[tuple[str, int], ...]
     latency_ms: float = 0.0
+    nodes: int = 2  # the emulator models an instance with this many nodes (SPEC §14.1)
 
     @property
     def rows(self) -> int:
@@ -29,6 +30,7 @@ class Emulator:
 
     def __init__(self, case: Case) -> None:
         args = [sys.executable, "-m", "bench.emulator_proc", "--latency-ms", str(case.latency_ms)]
+        args += ["--nodes", str(case.nodes)]
         for table, rows in case.tables:
             args += ["--table", f"{table}={rows}"]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from bench.procstat import cpu_seconds, memory_mib
 class DaemonRun:
     """What one daemon run measured."""
 
+    name: str  # the connector name: its topics are ``<name>.<table>``
     rows: int
     wall: float  # first request -> every row in Kafka
     cpu: float  # daemon CPU seconds over ``wall``
@@ -44,10 +46,17 @@ class DaemonRun:
 
 
 def config(
-    emulator_url: str, bootstrap: str, tables: list[str], name: str, batch: int
+    emulator_url: str,
+    bootstrap: str,
+    tables: list[str],
+    name: str,
+    batch: int,
+    *,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A default configuration, apart from what a benchmark must pin."""
+    """A default configuration, apart from what a benchmark must pin (and ``extra`` keys)."""
     return {
+        **(extra or {}),
         "name": name,
         "snow": {
             "url": emulator_url,
@@ -105,12 +114,18 @@ async def run_daemon(
     workdir: Path,
     batch: int = 1000,
     within: float = 3600.0,
+    on_first_page: Callable[[], Awaitable[None]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> DaemonRun:
-    """Run the daemon until ``expected_rows`` records are in its topics; then stop it."""
+    """Run the daemon until ``expected_rows`` records are in its topics; then stop it.
+
+    ``on_first_page`` is awaited as soon as the emulator saw the first page request (the
+    sessions case resets the emulator's statistics there, as the run is timed from it)."""
     name = f"bench-{uuid.uuid4().hex[:8]}"
     topics = [f"{name}.{t}" for t in tables]
     path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config(emulator_url, bootstrap, tables, name, batch)))
+    document = config(emulator_url, bootstrap, tables, name, batch, extra=extra)
+    path.write_text(yaml.safe_dump(document))
     log_path = workdir / f"{name}.log"
     async with aiohttp.ClientSession() as session:
         before = await _stats(session, control)
@@ -131,6 +146,7 @@ async def run_daemon(
                 started=started,
                 within=within,
                 log_path=log_path,
+                on_first_page=on_first_page,
             )
         finally:
             if process.poll() is None:
@@ -154,6 +170,7 @@ async def _measure(
     started: float,
     within: float,
     log_path: Path,
+    on_first_page: Callable[[], Awaitable[None]] | None = None,
 ) -> DaemonRun:
     pid = process.pid
     deadline = started + within
@@ -179,6 +196,8 @@ async def _measure(
         if stats["pages"] > before["pages"]:
             break
         await asyncio.sleep(0.005)
+    if on_first_page is not None:
+        await on_first_page()
     first_page = time.perf_counter()
     first_request = first_request or first_page
     page_cpu = cpu_seconds(pid)
@@ -210,6 +229,7 @@ async def _measure(
     finally:
         await consumer.stop()
     return DaemonRun(
+        name=log_path.stem,
         rows=expected_rows,
         wall=done - first_page,
         cpu=cpu,

@@ -1,13 +1,19 @@
 """The emulator in its own process, seeded for one benchmark case.
 
     python -m bench.emulator_proc --table incident=50000 [--table t01=2000 ...] [--latency-ms 200]
+        [--nodes 2] [--no-instance-model]
 
 ``incident`` is seeded by the emulator's own ``seed``; any other name becomes a table shaped
-like ``incident`` (a child of ``task`` with incident's columns) filled with incident-like rows.
+like ``incident`` (a child of ``task`` with incident's columns) filled with incident-like rows
+(a name containing ``skew``: 90 % of them updated in the last tenth of the 30 days).
 Prints one JSON line ``{"url", "control", "seed_seconds", "index_seconds"}`` when ready, then
 serves until stdin closes. ``GET <control>/stats`` answers the Table API request count, the
 page request count and this process's CPU seconds, so the driver can tell when the daemon's
 first request and first page arrived and how much CPU the emulator spent serving a run.
+
+The emulator models an instance (SPEC §14.1) unless ``--no-instance-model``: sessions by
+``JSESSIONID``, ``--nodes`` nodes with 4 API threads each; ``<url>/emulator/statistics`` has
+what it saw (sessions opened, requests in flight, served time).
 """
 
 from __future__ import annotations
@@ -27,14 +33,27 @@ from snowsource.emulator import Emulator, seeding, serve
 from snowsource.emulator.clock import stamp
 
 
-def _seed_like_incident(emu: Emulator, name: str, rows: int, rng: random.Random) -> None:
+def _seed_like_incident(
+    emu: Emulator, name: str, rows: int, rng: random.Random, *, skewed: bool = False
+) -> None:
+    """``skewed``: 90 % of the rows updated in the last tenth of the 30 days (a table whose rows
+    sit mostly in the last days, as the parallel backfill's work stealing must handle)."""
     incident = emu.tables["incident"]
     emu.create_table(name, {f.name: f for f in incident.own_fields}, parent="task")
     users = [u["sys_id"] for u in emu.rows("sys_user")]
     now = emu.clock.now()
+    span = 30 * 86400
     for _ in range(rows):
-        created = now - timedelta(seconds=rng.uniform(60, 30 * 86400))
-        updated = created + timedelta(seconds=rng.uniform(0, (now - created).total_seconds() - 30))
+        if skewed:
+            recent = rng.random() < 0.9
+            age = rng.uniform(60, span / 10) if recent else rng.uniform(span / 10, span)
+            updated = now - timedelta(seconds=age)
+            created = updated - timedelta(seconds=rng.uniform(0, 3600))
+        else:
+            created = now - timedelta(seconds=rng.uniform(60, span))
+            updated = created + timedelta(
+                seconds=rng.uniform(0, (now - created).total_seconds() - 30)
+            )
         values = seeding.incident_values(rng, users, [], created)
         values.update(sys_updated_on=stamp(updated), sys_mod_count=str(rng.randint(0, 8)))
         emu.insert(name, values, at=created, visible_at=updated)
@@ -76,10 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--table", action="append", default=[], help="NAME=ROWS")
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--no-instance-model", action="store_true")
     args = parser.parse_args()
     emu = Emulator(seed=3, now=datetime.now(UTC) - timedelta(seconds=5))
     emu.clock.follow_wall_clock(True)
     emu.latency_ms = args.latency_ms
+    emu.instance.configure(enabled=not args.no_instance_model, nodes=args.nodes)
     started = time.process_time()
     rng = random.Random(11)
     tables = []
@@ -89,7 +111,7 @@ def main() -> None:
         if name == "incident":
             emu.seed(tables=("incident",), rows=int(count))
         else:
-            _seed_like_incident(emu, name, int(count), rng)
+            _seed_like_incident(emu, name, int(count), rng, skewed="skew" in name)
     seeded = time.process_time()
     # The first keyset page of a table builds its index; build it now so every run (the
     # first one too) measures the steady state. Reported separately.

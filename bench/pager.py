@@ -1,11 +1,17 @@
 """(a) A bare aiohttp pager: the least work any reader of the same pages must do.
 
     python -m bench.pager URL TABLE [TABLE ...] [--batch 1000] [--concurrency 8]
+        [--cookies none|one-session]
 
 Reads every table with the daemon's own keyset queries and parameters (one sequential pager
 per table, all tables at once, at most ``--concurrency`` requests in flight like
 ``max.concurrent.requests``), decodes each page with orjson and keeps nothing. Prints one JSON
 line: rows, wall seconds and this process's CPU seconds, from the first request to the last.
+
+``--cookies none`` (the default) keeps no cookie: every request opens a new session on an
+instance (the Go bridge's pattern). ``one-session`` keeps one cookie jar for every request, as a
+client with a default HTTP session does: an instance serves its requests one at a time.
+``--seconds`` stops the readers after that long and reports the rows read until then.
 """
 
 from __future__ import annotations
@@ -43,8 +49,10 @@ async def read_table(
     batch: int,
     gate: asyncio.Semaphore,
     hi: str,
+    read: list[int] | None = None,
 ) -> int:
-    """Read ``table`` to ``hi`` page by page; the number of rows read."""
+    """Read ``table`` to ``hi`` page by page; the number of rows read (also added to
+    ``read[0]`` page by page, for a run that is stopped before the end)."""
     position = Position(START, "")
     rows = 0
     while True:
@@ -53,23 +61,44 @@ async def read_table(
             resp.raise_for_status()
             page = orjson.loads(await resp.read())["result"]
         rows += len(page)
+        if read is not None:
+            read[0] += len(page)
         if len(page) < batch:
             return rows
         last = page[-1]
         position = Position(last["sys_updated_on"], last["sys_id"])
 
 
-async def run(url: str, tables: list[str], batch: int, concurrency: int) -> dict[str, float]:
+async def run(
+    url: str,
+    tables: list[str],
+    batch: int,
+    concurrency: int,
+    *,
+    cookies: str = "none",
+    seconds: float | None = None,
+) -> dict[str, float]:
     gate = asyncio.Semaphore(concurrency)
     hi = format_ts(datetime.now(UTC))
     auth = aiohttp.BasicAuth("admin", "admin")
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(auth=auth, connector=connector) as session:
+    # unsafe: keep cookies for an IP-address host too (the bench reaches 127.0.0.1).
+    jar = aiohttp.CookieJar(unsafe=True) if cookies == "one-session" else aiohttp.DummyCookieJar()
+    async with aiohttp.ClientSession(auth=auth, connector=connector, cookie_jar=jar) as session:
         wall, cpu = time.perf_counter(), time.process_time()
-        readers = (read_table(session, url, t, batch=batch, gate=gate, hi=hi) for t in tables)
-        counts = await asyncio.gather(*readers)
+        read = [0]
+        readers = [
+            asyncio.create_task(
+                read_table(session, url, t, batch=batch, gate=gate, hi=hi, read=read)
+            )
+            for t in tables
+        ]
+        _, unfinished = await asyncio.wait(readers, timeout=seconds)
+        for task in unfinished:  # --seconds: stopped there, rows counted up to the last page
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=bool(unfinished))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"rows": sum(counts), "wall": wall, "cpu": cpu}
+    return {"rows": read[0], "wall": wall, "cpu": cpu, "stopped": bool(unfinished)}
 
 
 def main() -> None:
@@ -78,8 +107,19 @@ def main() -> None:
     parser.add_argument("tables", nargs="+")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--cookies", choices=("none", "one-session"), default="none")
+    parser.add_argument("--seconds", type=float, help="stop after this long (rows so far)")
     args = parser.parse_args()
-    result = asyncio.run(run(args.url, args.tables, args.batch, args.concurrency))
+    result = asyncio.run(
+        run(
+            args.url,
+            args.tables,
+            args.batch,
+            args.concurrency,
+            cookies=args.cookies,
+            seconds=args.seconds,
+        )
+    )
     print(orjson.dumps(result).decode(), flush=True)
 
 

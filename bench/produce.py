@@ -25,8 +25,9 @@ from aiokafka import AIOKafkaProducer
 
 from bench.pager import START, page_params
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.sink import PageRecord, RecordSink, ensure_topics
+from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.core.cursor import Position, format_ts, page_query
+from snowsource.core.outbound import PageRecord
 
 Record = tuple[bytes, bytes, bytes]
 """key, value and the row's raw timestamp (for the ``snow.timestamp`` header)."""

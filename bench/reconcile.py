@@ -42,7 +42,7 @@ from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key
 from snowsource.core.reconcile import KEY_PAGE_SIZE, fresh_sweep, key_query, reconcile_spec
 from snowsource.core.retry import RetryPolicy
-from snowsource.engine.poller import TableStatus
+from snowsource.core.table_status import TableStatus
 from snowsource.engine.reconcile import KeySweep
 from snowsource.engine.streams import SweepMark
 from snowsource.engine.wiring import kafka_connection, snow_client, table_spec

@@ -2,6 +2,10 @@
 
     python -m bench [--quick] [--runs N] [--case NAME ...] [--bootstrap HOST:PORT] [--json PATH]
 
+``--case 8x20k@250ms-sessions`` runs only the real-instance concurrency case (bench/sessions.py);
+the full suite runs it after its other cases. ``--case 1x200k@250ms-slices`` runs the parallel
+backfill case (bench/slices.py), which the full suite leaves out (it takes minutes).
+
 For each case one emulator process is seeded; then, N times each, (a) the bare pager, (b) bare
 aiokafka produce (and the sink's batch path, b'), (c) the daemon. Each figure is printed as the
 median and the min-max of its runs. The bootstrap defaults to ``127.0.0.1:$KAFKA_PORT``.
@@ -24,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos
+from bench import eos, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -205,6 +209,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             for name in args.case:
                 print(eos.table(eos.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))))
         return
+    if args.case and set(args.case) <= set(slices.CASES):  # parallel backfill of one table
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = slices.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(slices.table(result))
+        return
+    if args.case and set(args.case) <= set(sessions.CASES):  # real-instance concurrency
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = sessions.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(sessions.table(result))
+        return
     if args.case:
         cases = tuple(c for c in cases if c.name in args.case)
         if not cases:
@@ -224,3 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"machine: {machine()}")
             print(f"kafka: {args.bootstrap}; runs per case: {runs}; figures: median [min-max]")
             print(table(results))
+    if not args.case:  # the whole suite ends with the real-instance concurrency case
+        name = "8x2k@250ms-sessions" if args.quick else "8x20k@250ms-sessions"
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            print(sessions.table(sessions.run_case(name, 1, args.bootstrap, Path(tmp))))

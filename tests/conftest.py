@@ -16,6 +16,17 @@ from tests.kafka_support import REPO, LocalBroker, unique
 
 TopicFactory = Callable[..., Awaitable[str]]
 
+#: The fixtures that reach the real broker: a test using any of them, however indirectly, is
+#: marked ``kafka`` (``make test-unit`` deselects those and needs no broker).
+BROKER_FIXTURES = frozenset({"kafka_bootstrap"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the broker ``kafka``, from the fixtures it really uses."""
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:

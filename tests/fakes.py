@@ -12,13 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snowsource.adapters.sink import (
-    Headers,
-    PageAck,
-    PageRecordLike,
-    RecordFailure,
-    is_fatal_produce_error,
-)
+from snowsource.adapters.sink import is_fatal_produce_error
 from snowsource.core.offsets_codec import (
     SourcePartition,
     StoredEntry,
@@ -27,6 +21,7 @@ from snowsource.core.offsets_codec import (
     parse_key,
     partition_for,
 )
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.query import normalise_query
 from snowsource.core.table import TableSpec
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from snowsource.adapters.servicenow import Page
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
+    children_query,
     columns,
     db_object_query,
     lineage,
     parent_query,
+    raw,
 )
 from snowsource.core.errors import TableError
-from snowsource.core.tableapi import schema_params
+from snowsource.core.tableapi import Page, schema_params
 
 # Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
 # chain is a super_class loop the pure walk then names.
@@ -84,3 +85,25 @@ async def read_columns(client: PageGetter, table: str, *, page_size: int = 1000)
         if len(page) < page_size:
             return columns(chain, rows)
         after = str(page[-1]["sys_id"])
+
+
+async def child_classes(client: PageGetter, table: str, *, limit: int = 1000) -> list[str]:
+    """Every table that extends ``table``, at any depth (``sys_db_object.super_class``), sorted.
+
+    Rows of those tables are rows of ``table`` too (the Table API on a parent table returns
+    them), but ``sys_audit_delete`` records their deletes under their own names.
+    """
+    found = await _rows(client, "sys_db_object", db_object_query(table), DB_OBJECT_FIELDS, 1)
+    if not found:
+        return []
+    names: set[str] = set()
+    seen = {raw(found[0], "sys_id")}
+    level = sorted(seen)
+    for _ in range(_MAX_DEPTH):
+        rows = await _rows(client, "sys_db_object", children_query(level), DB_OBJECT_FIELDS, limit)
+        level = sorted({raw(r, "sys_id") for r in rows} - seen)
+        seen.update(level)
+        names.update(raw(r, "name") for r in rows)
+        if not level or len(names) >= limit:
+            break
+    return sorted(names - {table})

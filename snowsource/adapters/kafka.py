@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.conn import create_conn
@@ -285,6 +286,27 @@ async def broker_defaults(admin: AIOKafkaAdminClient) -> tuple[int, int]:
     return int(values.get("num.partitions", "1")), int(
         values.get("default.replication.factor", "1")
     )
+
+
+async def high_watermarks(
+    conn: KafkaConnection, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """Each partition's high watermark: the offset after its last record, committed or not.
+
+    A ``read_committed`` consumer's ``end_offsets`` stop at the last stable offset, the first
+    record of the oldest transaction still open there, which may be another producer's (another
+    table's, the delete stream's on the same topic, a killed process's until the broker times
+    it out). A reader that must see everything committed before it began reads up to this
+    instead, waiting while such a transaction is open.
+    """
+    consumer = AIOKafkaConsumer(
+        **conn.client_kwargs(), group_id=None, isolation_level="read_uncommitted"
+    )
+    try:
+        await consumer.start()
+        return dict(await consumer.end_offsets(partitions))
+    finally:
+        await consumer.stop()
 
 
 async def existing_topics(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:

@@ -56,6 +56,10 @@ CHECK_INTERVAL_SECONDS = 15.0
 SESSION_TIMEOUT_MS = 10000
 # The task id a group-mode member carries in its client id: it has none, and fences nobody.
 GROUP_TASK_ID = -1
+#: How often group mode looks at the clock for a stall of the whole process (SIGSTOP, a paused
+#: VM): one longer than the session means the group has given this member's tables away.
+STALL_WATCH_SECONDS = 0.5
+HEARTBEAT_INTERVAL_MS = 1000
 
 
 def group_id(connector: str) -> str:
@@ -200,6 +204,10 @@ class GroupMembership(AsyncResource):
         self._fenced = False
         self._joined = False
         self._closed = False
+        # Group mode: when this process last ran, and how many stalls past the session it saw.
+        self._alive_at = time.monotonic()
+        self._stalls = 0
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Connect and ask to join the group; returns before the join completes.
@@ -213,7 +221,7 @@ class GroupMembership(AsyncResource):
             group_id=group_id(self.connector),
             enable_auto_commit=False,
             session_timeout_ms=self._session_timeout_ms,
-            heartbeat_interval_ms=1000,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             rebalance_timeout_ms=self._session_timeout_ms,
             # Group mode speaks only the table protocol: a process of the other mode (or of
             # 0.1) in the same group is refused by the broker instead of sharing its tables.
@@ -229,6 +237,9 @@ class GroupMembership(AsyncResource):
         # still needed for the group protocol; the assignor turns it into nothing to fetch.
         consumer.subscribe([self._topic], listener=_Listener(self))
         self._task = asyncio.create_task(self._loop(), name="membership")
+        if self._assignor is not None:
+            self._alive_at = time.monotonic()
+            self._watchdog = asyncio.create_task(self._watch_stalls(), name="membership-stalls")
         self._check_now.set()
 
     async def close(self, deadline: Deadline | None = None) -> None:
@@ -238,6 +249,10 @@ class GroupMembership(AsyncResource):
             return
         self._closed = True
         deadline = deadline or Deadline.never()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
         if self._task is not None:
             # Let the loop finish its current step: cancelling aiokafka while it bootstraps a
             # client (our group description) can leak that client's connection.
@@ -247,6 +262,50 @@ class GroupMembership(AsyncResource):
                 await self._task
         if self._consumer is not None:
             await stop_client(self._consumer, "the consumer group membership", deadline)
+
+    def lease(self) -> Callable[[], str | None]:
+        """For tables started now: why they may no longer produce, or None while they may.
+
+        A process frozen past its session (SIGSTOP, a paused VM) wakes with the answer to a
+        page request waiting in its socket, and its poller may get to send that page before
+        any heartbeat or rebalance tells it the table moved. So the answer does not wait for
+        them: a stall seen by the watchdog, or one still going on when asked (the watchdog has
+        not run since), ends the lease for good.
+        """
+        stalls = self._stalls
+
+        def lost() -> str | None:
+            still = time.monotonic() - self._alive_at
+            if self._stalls != stalls or still > self._stall_limit():
+                return (
+                    f"this process stood still for about the group session "
+                    f"({self._session_timeout_ms / 1000:g}s): the group may have given its "
+                    f"tables to another member"
+                )
+            return None
+
+        return lost
+
+    def _stall_limit(self) -> float:
+        # The broker counts the session from the last heartbeat, up to one interval (and its
+        # round trip) before the stall began: a stall this long may already have cost it.
+        session = self._session_timeout_ms / 1000
+        return max(session / 2, session - 2 * HEARTBEAT_INTERVAL_MS / 1000)
+
+    async def _watch_stalls(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(STALL_WATCH_SECONDS)
+            self.tick(time.monotonic())
+
+    def tick(self, now: float) -> None:
+        """The watchdog's look at the clock: a gap longer than the session is a stall."""
+        gap, self._alive_at = now - self._alive_at, now
+        if gap > self._stall_limit():
+            self._stalls += 1
+            log.warning("this process stood still past its group session", seconds=round(gap, 1))
+            self._lost(f"this process stood still for {gap:.0f}s, about its group session")
+            # If the group did keep us after all, a new round gives the tables back at once.
+            self.request_rejoin()
 
     def request_rejoin(self) -> None:
         """Ask for a new round of the group (after releasing tables the plan withheld)."""

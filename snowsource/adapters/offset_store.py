@@ -30,10 +30,12 @@ from snowsource.adapters.kafka import (
     create_topic,
     describe_topic_configs,
     existing_topics,
+    high_watermarks,
     stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
 from snowsource.core.retry import RetryPolicy
+from snowsource.observability import metrics
 from snowsource.runtime.aio import together
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -46,6 +48,13 @@ log = structlog.get_logger(__name__)
 # its metadata: both are asked again every 100 ms for up to 30 s.
 _VISIBLE_RETRY = RetryPolicy(0.1, 0.1)
 _VISIBLE_WITHIN = 30.0
+
+
+#: How long a load waits for another producer's open transaction before it stops in front of
+#: it. A live one ends in milliseconds; a killed process's lasts until this process's own
+#: generation fences it (each exactly-once generation reloads after that) or the broker times
+#: it out after a minute, which a restart must not wait for.
+OPEN_TRANSACTION_WAIT_SECONDS = 15.0
 
 
 class _NotVisibleError(Exception):
@@ -136,6 +145,33 @@ def _cursor_of(value: bytes) -> tuple[str, str] | None:
     return (ts, sys_id) if isinstance(ts, str) and isinstance(sys_id, str) else None
 
 
+class _Progress:
+    """Which partitions of a load stood still too long (held by an open transaction)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+        self._seen: dict[TopicPartition, tuple[int, float]] = {}
+
+    async def stuck(self, partitions: set[TopicPartition], limit: float) -> set[TopicPartition]:
+        now = time.monotonic()
+        found: set[TopicPartition] = set()
+        for tp in partitions:
+            position = await self._consumer.position(tp)
+            last = self._seen.get(tp)
+            if last is None or last[0] != position:
+                self._seen[tp] = (position, now)
+            elif now - last[1] > limit:
+                found.add(tp)
+        if found:
+            log.warning(
+                "an open transaction held the offsets topic longer than the load waits; "
+                "offsets committed after it are read at the next load",
+                partitions=sorted(tp.partition for tp in found),
+                waited_s=limit,
+            )
+        return found
+
+
 class OffsetStore(AsyncResource):
     """Read and write one connector's source offsets in a Connect-compatible offsets topic."""
 
@@ -167,6 +203,9 @@ class OffsetStore(AsyncResource):
         # Keys this process wrote while a reload was reading: their in-memory value is newer
         # than what the reload may have seen (in group mode a reload runs beside pollers).
         self._written_during_load: set[bytes] = set()
+        # Loads running now: the set above is emptied only when none does, so concurrent loads
+        # (every exactly-once generation reloads at its start) never forget each other's writes.
+        self._loads_running = 0
         # When each live value was written (its record's Kafka timestamp, in ms): the dedup
         # rebuild tells a crash's leftovers from a rewound range by it.
         self._written_ms: dict[bytes, int] = {}
@@ -266,26 +305,50 @@ class OffsetStore(AsyncResource):
             raise OffsetsTopicMissingError(missing_offsets_topic_message(self.topic, nonempty))
 
     async def load(self) -> None:
-        """(Re)read every partition from the beginning to the end offsets taken now."""
+        """(Re)read every partition from the beginning to the high watermarks taken now.
+
+        Read committed, but up to the high watermark rather than the last stable offset:
+        another producer's open transaction (another table's offset record, a killed process's
+        until the broker aborts it) must not hide an offset committed after it began, so the
+        load waits for it to end, for up to :data:`OPEN_TRANSACTION_WAIT_SECONDS`.
+        """
+        if self._loads_running == 0:
+            self._written_during_load = set()
+        self._loads_running += 1
+        try:
+            data, written = await self._read_all()
+        finally:
+            self._loads_running -= 1
+        for key in self._written_during_load:
+            if key in self._data:
+                data[key] = self._data[key]
+                written[key] = self._written_ms[key]
+                self._track(key, self._data[key])
+            else:
+                data.pop(key, None)
+        self._loaded(data, written)
+
+    async def _read_all(self) -> tuple[dict[bytes, bytes], dict[bytes, int]]:
+        """Every live value of the topic and when it was written."""
+        tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
+        end = await high_watermarks(self._conn, tps)
         consumer = AIOKafkaConsumer(
             **self._conn.client_kwargs(),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             # Only committed offsets count: an aborted exactly-once transaction never moves a
-            # table, and an open one is not waited for (end offsets are its start).
+            # table; an open one is waited for (the position stops at it until it ends).
             isolation_level="read_committed",
         )
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
-        self._written_during_load = set()
         try:
             await consumer.start()
-            tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
             remaining = {tp for tp in tps if end[tp] > 0}
+            waiting = _Progress(consumer)
             while remaining:
                 batch = await consumer.getmany(*remaining, timeout_ms=1000, max_records=10000)
                 for records in batch.values():
@@ -299,16 +362,10 @@ class OffsetStore(AsyncResource):
                             written[record.key] = record.timestamp
                             self._track(record.key, record.value)
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
+                remaining -= await waiting.stuck(remaining, OPEN_TRANSACTION_WAIT_SECONDS)
         finally:
             await consumer.stop()
-        for key in self._written_during_load:
-            if key in self._data:
-                data[key] = self._data[key]
-                written[key] = self._written_ms[key]
-                self._track(key, self._data[key])
-            else:
-                data.pop(key, None)
-        self._loaded(data, written)
+        return data, written
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
         self._data = data
@@ -380,7 +437,9 @@ class OffsetStore(AsyncResource):
         """Write exact key bytes (used to tombstone a foreign spelling)."""
         if self._producer is None or self._closed:
             raise RuntimeError("offset store is not started")
+        began = time.monotonic()
         metadata = await self._producer.send_and_wait(self.topic, value, key=key)
+        metrics.OFFSET_COMMIT_SECONDS.observe(time.monotonic() - began)
         self.written_elsewhere(key, value, metadata.timestamp)
 
     def written_elsewhere(self, key: bytes, value: bytes | None, stamp_ms: int = -1) -> None:

@@ -51,6 +51,7 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.grants import Priority
+from snowsource.core.tableapi import Page
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
 
@@ -60,7 +61,6 @@ __all__ = [
     "Auth",
     "BasicAuth",
     "OAuth2Auth",
-    "Page",
     "PoolStatus",
     "Priority",
     "ServiceNowClient",
@@ -83,22 +83,6 @@ _READ_CHUNK: Final = 64 * 1024
 # --------------------------------------------------------------------------------------------
 # Responses and their classification
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Page:
-    """One Table API list response.
-
-    ``date`` is the raw ``Date`` header (the instance clock), ``total_count`` the
-    ``X-Total-Count`` header when the request asked for a count, ``elapsed`` the seconds from
-    sending the request to having read the whole body.
-    """
-
-    rows: list[dict[str, Any]]
-    status: int
-    date: str | None
-    total_count: int | None
-    elapsed: float
 
 
 def _os_reason(error: OSError) -> str:

@@ -20,11 +20,9 @@ acknowledged prefix is: the caller commits up to there and no further.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
@@ -46,16 +44,12 @@ from snowsource.adapters.kafka import (
     stop_client,
 )
 from snowsource.core.errors import KafkaSinkError
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.partitioner import murmur2
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
 log = structlog.get_logger(__name__)
-
-#: Test hook, inert unless set: each page reaches the producer this many milliseconds after it
-#: was handed over, as over a slow link to Kafka, so a test can kill the process while a page is
-#: verifiably unacknowledged (docs/operations.md, "Test hooks"). Read when the sink is built.
-HANDOVER_DELAY_ENV = "SNOWSOURCE_TEST_HANDOVER_DELAY_MS"
 
 _FATAL = (
     MessageSizeTooLargeError,
@@ -78,56 +72,6 @@ def is_fatal_produce_error(exc: BaseException) -> bool:
 # larger than a batch still goes out, alone in its batch (aiokafka always takes a batch's first
 # record).
 _MAX_PAGE_BATCH_BYTES = 1048576
-
-Headers = list[tuple[str, bytes]]
-
-
-class PageRecord(NamedTuple):
-    """One record of a page: key, value (``None`` is a tombstone) and its own headers.
-
-    The headers shared by the whole page are passed once to :meth:`RecordSink.send_page` and
-    go first; ``headers`` holds only what differs per record.
-    """
-
-    key: bytes
-    value: bytes | None
-    headers: Headers
-
-
-# What ``send_page`` takes: a PageRecord or a plain ``(key, value, headers)`` tuple.
-PageRecordLike = tuple[bytes, bytes | None, Headers]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecordFailure:
-    """Why the record at ``index`` of a page was not acknowledged.
-
-    ``fatal`` means retrying cannot help (record too large, topic not writable; SPEC §6): the
-    table FAILs naming that record. Otherwise the table restarts from its committed offset.
-    """
-
-    index: int
-    error: BaseException
-    fatal: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PageAck:
-    """The outcome of one page: records ``0 .. acked-1`` are all acknowledged by Kafka.
-
-    ``failure`` names the first record that was not (``index == acked``), or is ``None`` when
-    the whole page was acknowledged. Later records may have been acknowledged too; only the
-    contiguous prefix may be committed.
-    """
-
-    records: int
-    acked: int
-    failure: RecordFailure | None
-
-    @property
-    def complete(self) -> bool:
-        """True when every record of the page was acknowledged."""
-        return self.acked == self.records
 
 
 class RecordSink(AsyncResource):
@@ -166,7 +110,6 @@ class RecordSink(AsyncResource):
         )
         self._started = False
         self._closed = False
-        self._handover_delay = int(os.environ.get(HANDOVER_DELAY_ENV) or 0) / 1000
 
     async def start(self) -> None:
         """Connect the producer."""
@@ -224,15 +167,7 @@ class RecordSink(AsyncResource):
         reported in the :class:`PageAck`.
         """
         common: Headers = list(headers or ())
-        if self._handover_delay:
-            return asyncio.ensure_future(self._send_later(topic, records, common))
         return await self._send_now(topic, records, common)
-
-    async def _send_later(
-        self, topic: str, records: Sequence[PageRecordLike], common: Headers
-    ) -> PageAck:
-        await asyncio.sleep(self._handover_delay)
-        return await (await self._send_now(topic, records, common))
 
     async def _send_now(
         self, topic: str, records: Sequence[PageRecordLike], common: Headers

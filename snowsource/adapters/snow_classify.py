@@ -179,55 +179,67 @@ def classify(
     said = f": {envelope}" if envelope else ""
 
     if 200 <= status < 300:
-        problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
-        if status == 202:
-            # The instance's session synchronizer drops a request queued behind too many others
-            # of the same session (API notes §3.4b): nothing was served, ask again.
-            return RetriableError(
-                f"{prefix}HTTP 202 with no page: the instance dropped the request because too "
-                f"many requests were queued on its session (session synchronization); retrying",
-                status=status,
-            )
-        if problem is None:
-            problem = f"unexpected HTTP {status} for a read"
-        if _EXECUTION_TIME_EXCEEDED in envelope.lower():
-            return ExecutionTimeExceededError(
-                f"{prefix}transaction cancelled by the instance's quota{said}", status=status
-            )
-        return RetriableError(
-            f"{prefix}malformed response (HTTP {status}): {problem}", status=status
-        )
-
+        return _not_a_page(status, doc, body, content_type, prefix=prefix, envelope=envelope)
     if 300 <= status < 400:
         return RetriableError(
             f"{prefix}unexpected redirect (HTTP {status}); if it persists, check snow.url "
             f"(scheme, host, path)",
             status=status,
         )
-
     if status == 429:
         seconds = parse_retry_after(retry_after, date=date)
         wait = f"; Retry-After {seconds:g} s" if seconds is not None else "; no Retry-After"
         return RateLimitedError(
             f"{prefix}rate limited (HTTP 429){said}{wait}", retry_after=seconds, status=status
         )
-
-    if status == 500:
-        text = envelope
-        if not text and isinstance(doc, Invalid):
-            # Some front ends render the quota cancellation as a page rather than an envelope.
-            text = body[:_BODY_SCAN_LIMIT].decode("utf-8", "replace")
-        if _EXECUTION_TIME_EXCEEDED in text.lower():
-            return ExecutionTimeExceededError(
-                f"{prefix}HTTP 500: transaction cancelled by the instance's quota "
-                f"(maximum execution time exceeded); the page is too expensive{said}",
-                status=status,
-            )
-
+    if status == 500 and _quota_cancelled(doc, body, envelope):
+        return ExecutionTimeExceededError(
+            f"{prefix}HTTP 500: transaction cancelled by the instance's quota "
+            f"(maximum execution time exceeded); the page is too expensive{said}",
+            status=status,
+        )
     if status in (408, 425) or status >= 500:
         kind = "" if envelope or is_json_type(content_type) else " (non-JSON body)"
         return RetriableError(f"{prefix}HTTP {status}{said}{kind}", status=status)
+    return _refused(status, prefix=prefix, said=said, token_endpoint=token_endpoint)
 
+
+def _not_a_page(
+    status: int, doc: Any, body: bytes, content_type: str | None, *, prefix: str, envelope: str
+) -> ServiceNowError:
+    """A 2xx that is no usable answer: never a page, always worth asking again (SPEC §14.1)."""
+    if status == 202:
+        # The instance's session synchronizer drops a request queued behind too many others of
+        # the same session (API notes §3.4b): nothing was served, ask again.
+        return RetriableError(
+            f"{prefix}HTTP 202 with no page: the instance dropped the request because too many "
+            f"requests were queued on its session (session synchronization); retrying",
+            status=status,
+        )
+    if _EXECUTION_TIME_EXCEEDED in envelope.lower():
+        said = f": {envelope}" if envelope else ""
+        return ExecutionTimeExceededError(
+            f"{prefix}transaction cancelled by the instance's quota{said}", status=status
+        )
+    problem = _body_problem(doc, content_type, len(body)) if status == 200 else None
+    return RetriableError(
+        f"{prefix}malformed response (HTTP {status}): "
+        f"{problem or f'unexpected HTTP {status} for a read'}",
+        status=status,
+    )
+
+
+def _quota_cancelled(doc: Any, body: bytes, envelope: str) -> bool:
+    """A 500 that is the instance's quota cancelling a transaction too expensive for it."""
+    text = envelope
+    if not text and isinstance(doc, Invalid):
+        # Some front ends render the quota cancellation as a page rather than an envelope.
+        text = body[:_BODY_SCAN_LIMIT].decode("utf-8", "replace")
+    return _EXECUTION_TIME_EXCEEDED in text.lower()
+
+
+def _refused(status: int, *, prefix: str, said: str, token_endpoint: bool) -> ServiceNowError:
+    """A 4xx that retrying cannot cure: what the user should fix."""
     if token_endpoint:
         return AuthError(
             f"{prefix}the OAuth token endpoint refused the request (HTTP {status}){said}; "
@@ -238,7 +250,6 @@ def classify(
             f"an OAuth Application User",
             status=status,
         )
-
     if status == 401:
         return AuthError(
             f"{prefix}HTTP 401{said}: the instance refused the credentials; check snow.auth.*",

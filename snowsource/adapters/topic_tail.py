@@ -26,20 +26,42 @@ emitted once more, never lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
-from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
+from snowsource.adapters.kafka import (
+    KafkaConnection,
+    admin_client,
+    existing_topics,
+    high_watermarks,
+)
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
+from snowsource.core.outbound import (
+    INSTANCE_HEADER,
+    PHASE_HEADER,
+    TABLE_HEADER,
+    TIMESTAMP_HEADER,
+)
 
 log = structlog.get_logger(__name__)
 
 #: Records fetched per partition in the first backward step; each further step is 4x larger.
 FIRST_STEP = 2000
-_MAX_IDLE_POLLS = 5
+#: How long a partition's position may stand still before the read counts as stalled. Longer
+#: than a killed process's open transaction can hold the last stable offset back (the
+#: transaction timeout, 60 s, plus the broker's 10 s sweep for timed-out transactions).
+STALL_SECONDS = 90.0
+
+
+class TailStalledError(KafkaError):  # type: ignore[misc]
+    """A partition's read stood still: the broker stopped answering. Retried by the caller."""
+
+    retriable = True
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,9 @@ class _Window:
     since: str
     slack_floor: str
     deletes: bool = False  # a delete stream's window: its tombstones, by audit row
+    # Backfill records of a sliced backfill are not in cursor order (SPEC §14.2): their age
+    # says nothing about what lies before them, so they never end the backward walk.
+    unordered_backfill: bool = False
 
 
 class TopicTail:
@@ -88,6 +113,7 @@ class TopicTail:
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult:
         """:func:`read_window` on this connection."""
         return await read_window(
@@ -99,6 +125,7 @@ class TopicTail:
             slack_floor=slack_floor,
             max_scanned=max_scanned,
             deletes=deletes,
+            unordered_backfill=unordered_backfill,
         )
 
 
@@ -120,6 +147,8 @@ async def read_window(
     max_scanned: int,
     first_step: int = FIRST_STEP,
     deletes: bool = False,
+    stall_seconds: float = STALL_SECONDS,
+    unordered_backfill: bool = False,
 ) -> TailResult:
     """This table's records in ``topic`` with ``snow.timestamp >= since``, read_committed.
 
@@ -128,12 +157,24 @@ async def read_window(
     (null values) are returned too, with an empty digest, so deleted ids are remembered as such.
     With ``deletes`` (``table`` is then the base table) only the tombstones are returned, each
     as its delete stream emitted it: id = the audit row's sys_id, digest of the record key.
+
+    Every partition is read up to its high watermark, not the last stable offset: another
+    producer's open transaction must not hide this table's records committed after it began.
+    A partition whose position stands still for ``stall_seconds`` raises
+    :class:`TailStalledError` (retriable) instead of returning a partial window.
+
+    With ``unordered_backfill`` only ``stream``-phase records end the walk (``max_scanned``
+    still bounds it): a sliced backfill produces its ranges side by side.
     """
-    window = _Window(instance.encode(), table.encode(), since, slack_floor, deletes)
+    window = _Window(
+        instance.encode(), table.encode(), since, slack_floor, deletes, unordered_backfill
+    )
     async with admin_client(conn) as admin:
         count = (await existing_topics(admin, [topic])).get(topic, 0)
     if count == 0:
         return TailResult([], 0, True)
+    tps = [TopicPartition(topic, p) for p in range(count)]
+    end = await high_watermarks(conn, tps)
     consumer = AIOKafkaConsumer(
         **conn.client_kwargs(),
         group_id=None,
@@ -142,35 +183,15 @@ async def read_window(
         auto_offset_reset="earliest",
     )
     await consumer.start()
-    found: list[EmittedRecord] = []
-    scanned = 0
-    complete = True
     try:
-        tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         begin = await consumer.beginning_offsets(tps)
-        end = await consumer.end_offsets(tps)
-        for tp in tps:
-            stop_at = end[tp]
-            step = first_step
-            chunks: list[list[EmittedRecord]] = []
-            while stop_at > begin[tp]:
-                budget = max_scanned - scanned
-                if budget <= 0:
-                    complete = False
-                    break
-                start = max(begin[tp], stop_at - min(step, budget))
-                chunk, older_seen, count = await _read_range(consumer, tp, start, stop_at, window)
-                scanned += count
-                chunks.append(chunk)
-                if older_seen:
-                    break
-                stop_at = start
-                step *= 4
-            for chunk in reversed(chunks):
-                found.extend(chunk)
+        walks = [_Walk(tp, begin[tp], end[tp], first_step) for tp in tps]
+        reader = _RangeReader(consumer, window, stall_seconds)
+        scanned, complete = await _walk_back(reader, walks, max_scanned)
     finally:
         await consumer.stop()
+    found = [record for walk in walks for chunk in reversed(walk.chunks) for record in chunk]
     if not complete:
         log.warning(
             "output topic tail too long to rebuild the dedup cache completely; rows of the "
@@ -181,56 +202,117 @@ async def read_window(
     return TailResult(found, scanned, complete)
 
 
-async def _read_range(
-    consumer: AIOKafkaConsumer,
-    tp: TopicPartition,
-    start: int,
-    stop: int,
-    window: _Window,
-) -> tuple[list[EmittedRecord], bool, int]:
-    """Records of the table in ``[start, stop)`` of ``tp`` within the window, whether one older
-    than the window's slack floor was seen, and how many records were read."""
-    consumer.seek(tp, start)
-    chunk: list[EmittedRecord] = []
-    older_seen = False
-    count = 0
-    idle = 0
-    while True:
-        position = await consumer.position(tp)
-        if position >= stop:
-            break
-        batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
-        if not batch.get(tp):
-            # Aborted or control records only: the position still moves; a broker that stops
-            # answering must not hang a restart (a duplicate is the worst outcome).
-            idle += 1
-            if idle >= _MAX_IDLE_POLLS and await consumer.position(tp) == position:
-                break
-            continue
-        idle = 0
-        for record in batch.get(tp, []):
-            if record.offset >= stop:
-                return chunk, older_seen, count
-            count += 1
-            headers = record.headers
-            if (
-                record.key is None
-                or _header(headers, "snow.table") != window.table
-                or _header(headers, "snow.instance") != window.instance
-            ):
-                continue
-            if window.deletes and (
-                record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
-            ):
-                continue
-            ts = _header(headers, "snow.timestamp").decode("utf-8", "replace")
-            if ts < window.slack_floor:
-                older_seen = True
-            if ts >= window.since:
-                emitted = _emitted(record, ts=ts, window=window)
-                if emitted is not None:
-                    chunk.append(emitted)
-    return chunk, older_seen, count
+@dataclass
+class _Walk:
+    """One partition's backward walk: the chunks read so far, newest first."""
+
+    tp: TopicPartition
+    begin: int
+    stop_at: int
+    step: int
+    chunks: list[list[EmittedRecord]] = field(default_factory=list)
+    done: bool = False
+
+
+async def _walk_back(
+    reader: _RangeReader, walks: list[_Walk], max_scanned: int
+) -> tuple[int, bool]:
+    """Step every partition back in rounds, each step at most an equal share of the budget
+    left, so a partition with a long tail (another writer's traffic) cannot starve the others
+    of the scan budget. Returns records scanned and whether every walk reached its end."""
+    scanned = 0
+    for walk in walks:
+        walk.done = walk.stop_at <= walk.begin
+    while active := [walk for walk in walks if not walk.done]:
+        share = (max_scanned - scanned) // len(active)
+        if share <= 0:
+            return scanned, False
+        for walk in active:
+            start = max(walk.begin, walk.stop_at - min(walk.step, share))
+            chunk, older_seen, count = await reader.read(walk.tp, start, walk.stop_at)
+            scanned += count
+            walk.chunks.append(chunk)
+            walk.stop_at = start
+            walk.step *= 4
+            walk.done = older_seen or start <= walk.begin
+    return scanned, True
+
+
+class _RangeReader:
+    """Reads offset ranges of the topic's partitions, keeping the window's records."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, window: _Window, stall_seconds: float) -> None:
+        self._consumer = consumer
+        self._window = window
+        self._stall_seconds = stall_seconds
+
+    async def read(
+        self, tp: TopicPartition, start: int, stop: int
+    ) -> tuple[list[EmittedRecord], bool, int]:
+        """Records of the table in ``[start, stop)`` of ``tp`` within the window, whether one
+        older than the window's slack floor was seen, and how many records were read."""
+        consumer = self._consumer
+        consumer.seek(tp, start)
+        chunk: list[EmittedRecord] = []
+        older_seen = False
+        count = 0
+        last, moved = start, time.monotonic()
+        while (position := await consumer.position(tp)) < stop:
+            if position != last:
+                last, moved = position, time.monotonic()
+            elif time.monotonic() - moved > self._stall_seconds:
+                # Never a silent gap: the caller retries (a restart waits, it does not guess).
+                raise TailStalledError(
+                    f"reading {tp.topic}[{tp.partition}] back stood still at offset {position} "
+                    f"(reading up to {stop}) for {self._stall_seconds:g}s"
+                )
+            # Aborted or control records only: the position still moves, records or not.
+            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
+            for record in batch.get(tp, []):
+                if record.offset >= stop:
+                    return chunk, older_seen, count
+                count += 1
+                ts = self._match(record)
+                if ts is None:
+                    continue
+                older_seen = older_seen or (
+                    ts < self._window.slack_floor and self._ends_walk(record)
+                )
+
+                if ts >= self._window.since:
+                    emitted = _emitted(record, ts=ts, window=self._window)
+                    if emitted is not None:
+                        chunk.append(emitted)
+        return chunk, older_seen, count
+
+    def _ends_walk(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Whether a record older than the slack floor ends the backward walk: one of this
+        stream's own, and not from a sliced backfill (its ranges are written side by side, so
+        only its stream-phase records say where the window starts)."""
+        if self._window.unordered_backfill and _header(record.headers, PHASE_HEADER) == b"backfill":
+            return False
+        return self._own(record)
+
+    def _own(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Whether the record follows this stream's cursor. A table's topic also holds its
+        delete stream's tombstones, stamped with their audit rows' times (years old while that
+        stream catches up): one of them says nothing about where the table's window starts."""
+        return self._window.deletes or _header(record.headers, OPERATION_HEADER) != DELETE
+
+    def _match(self, record: ConsumerRecord[bytes, bytes]) -> str | None:
+        """The record's ``snow.timestamp`` when it is one of the window's table, else None."""
+        window, headers = self._window, record.headers
+        if (
+            record.key is None
+            or _header(headers, TABLE_HEADER) != window.table
+            or _header(headers, INSTANCE_HEADER) != window.instance
+        ):
+            return None
+        if window.deletes and (
+            record.value is not None or _header(headers, OPERATION_HEADER) != DELETE
+        ):
+            return None
+        return _header(headers, TIMESTAMP_HEADER).decode("utf-8", "replace")
 
 
 def _emitted(

@@ -30,7 +30,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordSink
+from snowsource.adapters.sink import RecordSink
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 

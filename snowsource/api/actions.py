@@ -20,8 +20,8 @@ from snowsource.api.errors import (
     json_response,
 )
 from snowsource.api.views import StatusViews
-from snowsource.engine.poller import TableState
-from snowsource.engine.supervisor import ConnectorState, ShuttingDownError
+from snowsource.core.table_status import TableState
+from snowsource.engine.facade import ConnectorState, ShuttingDownError
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline
 
@@ -99,7 +99,7 @@ class ConnectorActions:
         await ctx.started()
         async with ctx.lock:
             daemon = ctx.daemon
-            failed = any(p.status.state == TableState.FAILED for p in daemon.pollers.values())
+            failed = any(s.state == TableState.FAILED for s in daemon.statuses().values())
             running = daemon.state in (ConnectorState.RUNNING, ConnectorState.FAILED)
             if running and (failed or not only_failed):
                 ctx.require_open()
@@ -116,9 +116,9 @@ class ConnectorActions:
         """Stop every poller; returns once each drained its acks and wrote its final offset,
         or with the tables whose final offset could not be written in time."""
         ctx = self._ctx
-        running = ctx.daemon.pollers
+        running = ctx.daemon.statuses()
         if running:
-            ctx.last_status = {alias: poller.status for alias, poller in running.items()}
+            ctx.last_status = running
         deadline = Deadline.after(ctx.settings.shutdown_timeout_seconds)
         return await ctx.daemon.stop_pollers(deadline, target=target)
 

@@ -14,13 +14,12 @@ from typing import Final
 
 from aiohttp import web
 
-from snowsource.api.control import ConnectorControl
 from snowsource.api.errors import NOT_FOUND_MESSAGE, SHUTTING_DOWN, RestError
-from snowsource.config.settings import Settings
-from snowsource.core.assignment import assign
+from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableStatus
-from snowsource.engine.wiring import connector_specs
+from snowsource.core.table_status import TableStatus
+from snowsource.engine.facade import EngineFacade
+from snowsource.engine.wiring import connector_specs, table_owners
 from snowsource.runtime.aio import done_before
 
 __all__ = ["WILDCARD_HOSTS", "ApiContext"]
@@ -31,19 +30,14 @@ WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - recogni
 class ApiContext:
     """The state one REST server's handlers share."""
 
-    def __init__(self, control: ConnectorControl, settings: Settings) -> None:
+    def __init__(self, control: EngineFacade, settings: Settings) -> None:
         self.daemon = control
         self.settings = settings
         self.name = settings.name
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
         self.all_specs: list[TableSpec] = connector_specs(settings)
-        owners = assign(list(settings.tables), settings.tasks_max)
-        # A delete stream (<alias>.deletes) always belongs to its table's task.
-        self.owners = {
-            spec.alias: owners[spec.base.alias if spec.base else spec.alias]
-            for spec in self.all_specs
-        }
+        self.owners = table_owners(settings)
         # One operator action at a time: a PATCH must never interleave with a resume.
         self.lock = asyncio.Lock()
         # The tables' status when their pollers were last stopped, shown while none runs.

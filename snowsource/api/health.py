@@ -16,11 +16,10 @@ from typing import Final
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import error_response, json_response
+from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine.failures import failing_seconds
-from snowsource.engine.poller import Poller, TableState
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
 
@@ -32,12 +31,11 @@ PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def stuck_tables(
-    pollers: Mapping[str, Poller], unready_after: float, now: datetime
+    statuses: Mapping[str, TableStatus], unready_after: float, now: datetime
 ) -> dict[str, str]:
     """Alias -> why, for the tables that are FAILED or failing for over ``unready_after`` s."""
     stuck: dict[str, str] = {}
-    for alias, poller in sorted(pollers.items()):
-        status = poller.status
+    for alias, status in sorted(statuses.items()):
         failing = failing_seconds(status, now)
         if status.state == TableState.FAILED:
             stuck[alias] = "FAILED"
@@ -53,18 +51,12 @@ class HealthHandlers:
 
     def __init__(self, ctx: ApiContext) -> None:
         self._ctx = ctx
-        self._kafka = KafkaProbe(self._broker_client)
-
-    def _broker_client(self) -> BrokerClient | None:
-        sink = self._ctx.daemon.sink
-        return sink.broker_client if sink is not None else None
-
-    async def close(self) -> None:
-        """Abandon a Kafka probe still running."""
-        await self._kafka.close()
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """``GET /metrics``."""
+        """``GET /metrics``; ``snowsource_ready`` is the readiness check run for this scrape,
+        so an alert on it needs no second probe of ``/health/ready``."""
+        _, problems = await self._readiness()
+        metrics.READY.set(0 if problems else 1)
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
@@ -74,12 +66,20 @@ class HealthHandlers:
 
     async def ready(self, request: web.Request) -> web.Response:
         """``GET /health/ready``: 200, or 503 naming what is missing."""
+        checks, problems = await self._readiness()
+        if problems:
+            message = redact("not ready: " + "; ".join(problems))
+            return error_response(503, message, status="not ready", checks=checks)
+        return json_response({"status": "ready", "message": "ready", "checks": checks})
+
+    async def _readiness(self) -> tuple[dict[str, object], list[str]]:
+        """The checks, and what is missing (nothing when ready)."""
         daemon = self._ctx.daemon
         unready_after = self._ctx.settings.health_unready_after_seconds
-        store = daemon.store
-        pollers = daemon.pollers
-        kafka = daemon.kafka_ready and await self._kafka.reachable()
-        failed = sorted(a for a, p in pollers.items() if p.status.state == TableState.FAILED)
+        store = daemon.offsets
+        pollers = daemon.statuses()
+        kafka = await daemon.kafka_reachable()
+        failed = sorted(a for a, s in pollers.items() if s.state == TableState.FAILED)
         stuck = stuck_tables(pollers, unready_after, datetime.now(UTC))
         checks: dict[str, object] = {
             "kafka_connected": kafka,
@@ -107,7 +107,4 @@ class HealthHandlers:
                     f"every table has FAILED or has been failing for longer than "
                     f"health.unready.after.seconds ({unready_after:g} s): {why}"
                 )
-        if problems:
-            message = redact("not ready: " + "; ".join(problems))
-            return error_response(503, message, status="not ready", checks=checks)
-        return json_response({"status": "ready", "message": "ready", "checks": checks})
+        return checks, problems

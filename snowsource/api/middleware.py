@@ -1,9 +1,9 @@
 """What every request passes through: bearer authentication, errors in Connect's shape, and the
 bounds on how long a client may take to send its request.
 
-With ``rest.auth.token`` set, every request but ``GET /health/live`` needs ``Authorization:
-Bearer <token>`` (401 otherwise), compared in constant time. A header that is not valid
-UTF-8/Latin-1 is simply a wrong token (401).
+With ``rest.auth.token`` set, every request but ``GET /health/live`` and the console's static
+page (``api.console``) needs ``Authorization: Bearer <token>`` (401 otherwise), compared in
+constant time. A header that is not valid UTF-8/Latin-1 is simply a wrong token (401).
 
 A client gets ``READ_TIMEOUT_SECONDS`` to send its request headers (the server's keep-alive
 timer, see ``api.server``) and again for its body (``read_json_body``); a slower connection is
@@ -56,12 +56,13 @@ def bearer_matches(header: str, token: bytes) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(raw, token)
 
 
-def auth_middleware(token: bytes | None) -> Middleware:
-    """401 for a request without ``Bearer <token>`` (none needed when ``token`` is None)."""
+def auth_middleware(token: bytes | None, open_paths: frozenset[str] = OPEN_PATHS) -> Middleware:
+    """401 for a request without ``Bearer <token>`` (none needed when ``token`` is None, nor for
+    ``open_paths``)."""
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or request.path in OPEN_PATHS:
+        if token is None or request.path in open_paths:
             return await handler(request)
         if not bearer_matches(request.headers.get("Authorization", ""), token):
             response = error_response(

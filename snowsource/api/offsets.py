@@ -13,7 +13,6 @@ import orjson
 import structlog
 from aiohttp import web
 
-from snowsource.adapters.offset_store import OffsetStore
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import (
     ALTERED_MESSAGE,
@@ -34,8 +33,8 @@ from snowsource.core.offsets_plan import (
     parse_offsets_document,
     validate_changes,
 )
-from snowsource.engine.supervisor import ConnectorState
-from snowsource.engine.wiring import kafka_connection
+from snowsource.engine.facade import ConnectorState, OffsetsAdmin
+from snowsource.engine.wiring import offsets_reader
 
 __all__ = ["OffsetsHandlers"]
 
@@ -58,7 +57,7 @@ class OffsetsHandlers:
         """``GET offsets``: every stored partition of the connector, sorted by table."""
         ctx = self._ctx
         ctx.connector(request)
-        own = ctx.daemon.store
+        own = ctx.daemon.offsets
         listing = connect_listing(
             ctx.name,
             await self._fresh_entries(),
@@ -77,13 +76,7 @@ class OffsetsHandlers:
         A separate reader: reloading the daemon's own store under running pollers could drop
         an offset one of them writes meanwhile.
         """
-        s = self._ctx.settings
-        async with OffsetStore(
-            kafka_connection(s, client_id="snowsource-rest"),
-            topic=s.offset_storage_topic,
-            connector=s.name,
-            create=False,
-        ) as reader:
+        async with offsets_reader(self._ctx.settings) as reader:
             return reader.entries()
 
     async def patch(self, request: web.Request) -> web.Response:
@@ -135,8 +128,8 @@ class OffsetsHandlers:
         log.info("offsets reset through REST", partitions=removed)
         return json_response({"message": RESET_MESSAGE})
 
-    def _store(self) -> OffsetStore:
-        store = self._ctx.daemon.store
+    def _store(self) -> OffsetsAdmin:
+        store = self._ctx.daemon.offsets
         if store is None:
             raise RestError(503, "the offsets store is not open yet")
         return store
@@ -146,8 +139,7 @@ class OffsetsHandlers:
         ctx.require_open()
         if ctx.daemon.state != ConnectorState.STOPPED:
             raise RestError(400, MUST_BE_STOPPED_MESSAGE.format(name=ctx.name))
-        group = ctx.daemon.group
-        busy = group.busy_workers() if group is not None else []
+        busy = ctx.daemon.busy_workers()
         if busy:
             # The connector is stopped only once every member is: another member would
             # overwrite the change with its next commit.
@@ -184,7 +176,7 @@ class OffsetsHandlers:
         return changes
 
     async def _apply(
-        self, store: OffsetStore, change: OffsetChange, entries: list[StoredEntry]
+        self, store: OffsetsAdmin, change: OffsetChange, entries: list[StoredEntry]
     ) -> None:
         """Write one change under the canonical key; other spellings of it are deleted, since
         the daemon would fall back to them once the canonical key is gone."""

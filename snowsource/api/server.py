@@ -11,12 +11,13 @@ from aiohttp import web
 
 from snowsource.api import middleware
 from snowsource.api.actions import ConnectorActions
+from snowsource.api.console import Console
 from snowsource.api.context import WILDCARD_HOSTS, ApiContext
-from snowsource.api.control import ConnectorControl
 from snowsource.api.health import HealthHandlers
 from snowsource.api.offsets import OffsetsHandlers
 from snowsource.api.views import StatusViews
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
+from snowsource.engine.facade import EngineFacade
 from snowsource.observability.redact import register_secret
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -33,7 +34,7 @@ class RestServer(AsyncResource):
     started (``rest.port: 0`` binds a free port).
     """
 
-    def __init__(self, control: ConnectorControl, settings: Settings) -> None:
+    def __init__(self, control: EngineFacade, settings: Settings) -> None:
         self._settings = settings
         token = settings.rest.auth_token
         self._token = token.get_secret_value().encode() if token is not None else None
@@ -80,7 +81,6 @@ class RestServer(AsyncResource):
             return
         self._closed = True
         self._ctx.closing.set()
-        await self._health.close()
         if self._runner is not None:
             try:
                 async with (deadline or Deadline.never()).limit():
@@ -111,8 +111,13 @@ class RestServer(AsyncResource):
         return self._ctx.worker_id
 
     def _make_app(self) -> web.Application:
+        console = Console() if self._settings.rest.console else None
+        open_paths = middleware.OPEN_PATHS | (console.paths if console else frozenset())
         app = web.Application(
-            middlewares=[middleware.errors_middleware(), middleware.auth_middleware(self._token)]
+            middlewares=[
+                middleware.errors_middleware(),
+                middleware.auth_middleware(self._token, open_paths),
+            ]
         )
         views, actions, offsets, health = self._views, self._actions, self._offsets, self._health
         app.router.add_get("/", views.root)
@@ -129,4 +134,6 @@ class RestServer(AsyncResource):
         app.router.add_get("/metrics", health.metrics)
         app.router.add_get("/health/live", health.live)
         app.router.add_get("/health/ready", health.ready)
+        if console is not None:
+            console.add_routes(app)
         return app

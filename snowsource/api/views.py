@@ -8,25 +8,23 @@ would start it and the counters of its last run. Every text in it passes through
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import orjson
 import structlog
 from aiohttp import web
-from aiokafka.errors import KafkaError
 
 from snowsource import __version__
-from snowsource.adapters.kafka import admin_client
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import NO_STATUS_MESSAGE, json_response
-from snowsource.config.settings import redacted_dict
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, decode_value
 from snowsource.core.table import TableSpec
-from snowsource.engine.poller import TableState, TableStatus
-from snowsource.engine.supervisor import ConnectorState
-from snowsource.engine.wiring import kafka_connection
+from snowsource.core.table_status import TableState, TableStatus
+from snowsource.engine.facade import ConnectorState
 from snowsource.observability import build
 from snowsource.observability.redact import redact, redact_value
 
@@ -83,14 +81,7 @@ class StatusViews:
 
     async def _kafka_cluster_id(self) -> str | None:
         if self._cluster_id is None:
-            try:
-                async with asyncio.timeout(10):
-                    async with admin_client(kafka_connection(self._ctx.settings)) as admin:
-                        cluster = await admin.describe_cluster()
-                found = cluster.get("cluster_id")
-                self._cluster_id = str(found) if found else None
-            except (KafkaError, OSError, TimeoutError) as exc:  # GET / answers without Kafka
-                log.warning("could not read the Kafka cluster id", error=repr(exc))
+            self._cluster_id = await self._ctx.daemon.kafka_cluster_id()
         return self._cluster_id
 
     async def connectors(self, request: web.Request) -> web.Response:
@@ -156,41 +147,45 @@ class StatusViews:
             if state == ConnectorState.FAILED and trace:
                 task["trace"] = trace
             tasks.append(task)
-        return {
+        document: dict[str, object] = {
             "name": ctx.name,
             "connector": connector,
             "tasks": tasks,
             "type": "source",
             "tables": redact_value(tables),
         }
+        # The session pool of SPEC §14.1: concurrency limit, sessions, requests in flight.
+        pool = ctx.daemon.servicenow_pool()
+        if pool is not None:
+            document["servicenow"] = pool
+        return document
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:
         daemon = self._ctx.daemon
-        pollers = daemon.pollers
-        group = daemon.group
+        statuses = daemon.statuses()
         out: dict[str, dict[str, object]] = {}
         for spec in daemon.specs:
-            poller = pollers.get(spec.alias)
-            if poller is not None:
-                out[spec.alias] = _running_table(spec, poller.status)
-                if group is not None:
+            status = statuses.get(spec.alias)
+            if status is not None:
+                out[spec.alias] = _running_table(spec, status)
+                if daemon.group_mode:
                     out[spec.alias]["worker_id"] = self._ctx.worker_id
                 continue
             out[spec.alias] = self._idle_table(spec, state)
-            if group is not None:
+            if daemon.group_mode:
                 # Owned elsewhere (or waiting to move): as the group reported it at its last
                 # round; position and counters are those of the offsets topic.
-                worker, group_state = group.placement(spec.base.alias if spec.base else spec.alias)
-                if worker != self._ctx.worker_id:
-                    out[spec.alias]["state"] = group_state
-                out[spec.alias]["worker_id"] = worker
+                where = daemon.placement(spec.base.alias if spec.base else spec.alias)
+                if where.worker_id != self._ctx.worker_id:
+                    out[spec.alias]["state"] = where.state
+                out[spec.alias]["worker_id"] = where.worker_id
         return out
 
     def _idle_table(self, spec: TableSpec, state: ConnectorState) -> dict[str, object]:
         """A table with no poller (STOPPED, PAUSED): where a resume would start it."""
         last = self._ctx.last_status.get(spec.alias)
         stored: object = None
-        store = self._ctx.daemon.store
+        store = self._ctx.daemon.offsets
         raw = store.get(spec.partition) if store is not None else None
         if raw is not None:
             try:
@@ -203,6 +198,7 @@ class StatusViews:
         return {
             "table": spec.name,
             "topic": spec.topic,
+            "partition": spec.partition.as_dict(),
             "state": state.value,
             "phase": committed.get("phase") if committed else None,
             "cursor": {"timestamp": timestamp, "sys_id": sys_id} if committed else None,
@@ -226,6 +222,7 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
     return {
         "table": spec.name,
         "topic": spec.topic,
+        "partition": spec.partition.as_dict(),
         "state": status.state.value,
         "phase": status.phase,
         "cursor": {"timestamp": cursor.ts, "sys_id": cursor.id} if cursor else None,
@@ -240,4 +237,6 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
         "rows_late": status.rows_late,
         "pages": status.pages,
         "sweeps": status.sweeps,
+        # The slices' combined progress while a sliced backfill runs (SPEC §14.2).
+        "backfill": dataclasses.asdict(status.backfill) if status.backfill else None,
     }

@@ -39,12 +39,12 @@ from snowsource.adapters.offset_store import topics_with_records
 from snowsource.cli import check_txn
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
-from snowsource.config.settings import LoadedConfig, Settings, load_config
-from snowsource.core.assignment import assign
+from snowsource.config.loader import LoadedConfig, load_config
+from snowsource.config.models import Settings
 from snowsource.core.errors import (
     ConfigError,
 )
-from snowsource.engine.wiring import kafka_connection, owned_specs
+from snowsource.engine.wiring import kafka_connection, owned_specs, table_owners
 from snowsource.observability.redact import redact
 
 __all__ = [
@@ -76,7 +76,7 @@ def kafka_probe_timeout(settings: Settings) -> float:
 def _config_result(loaded: LoadedConfig) -> CheckResult:
     settings = loaded.settings
     aliases = list(settings.tables)
-    owners = assign(aliases, settings.tasks_max)
+    owners = table_owners(settings)
     owned = [alias for alias in aliases if owners[alias] == settings.task_id]
     detail = f"{loaded.path} ({len(aliases)} table(s): {', '.join(aliases)}"
     if settings.tasks_max > 1:
@@ -220,28 +220,34 @@ async def _kafka_checks(settings: Settings) -> list[CheckResult]:
         await admin.close()
 
 
+async def _existing_offsets_topic(
+    admin: AIOKafkaAdminClient, topic: str, partitions: int, name: str
+) -> CheckResult:
+    policy = (await describe_topic_configs(admin, topic)).get("cleanup.policy", "")
+    if policy == "compact":
+        return CheckResult(
+            name, Status.PASS, f"exists, cleanup.policy=compact, {partitions} partition(s)"
+        )
+    return CheckResult(
+        name,
+        Status.FAIL,
+        f"exists with cleanup.policy={policy!r}; it must be exactly 'compact' "
+        f"(anything else can delete offsets)",
+        (
+            f"fix: kafka-configs.sh --bootstrap-server ... --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact",
+            "or point offset.storage.topic at another topic",
+        ),
+    )
+
+
 async def _offsets_topic(
     admin: AIOKafkaAdminClient, conn: KafkaConnection, settings: Settings, name: str
 ) -> CheckResult:
     topic = settings.offset_storage_topic
     found = await existing_topics(admin, [topic])
     if topic in found:
-        policy = (await describe_topic_configs(admin, topic)).get("cleanup.policy", "")
-        if policy == "compact":
-            return CheckResult(
-                name, Status.PASS, f"exists, cleanup.policy=compact, {found[topic]} partition(s)"
-            )
-        return CheckResult(
-            name,
-            Status.FAIL,
-            f"exists with cleanup.policy={policy!r}; it must be exactly 'compact' "
-            f"(anything else can delete offsets)",
-            (
-                f"fix: kafka-configs.sh --bootstrap-server ... --alter --entity-type topics "
-                f"--entity-name {topic} --add-config cleanup.policy=compact",
-                "or point offset.storage.topic at another topic",
-            ),
-        )
+        return await _existing_offsets_topic(admin, topic, found[topic], name)
     partitions = settings.offset_storage_partitions
     replication = settings.offset_storage_replication_factor
     if replication == -1:

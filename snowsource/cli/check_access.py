@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from snowsource.adapters.dictionary_reader import read_columns
+from snowsource.adapters.dictionary_reader import child_classes, read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import TableConfig, ValueFormat
+from snowsource.config.fields import ValueFormat
+from snowsource.config.models import TableConfig
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.table import TableSpec
@@ -101,7 +102,33 @@ async def _deletes(
     detail = f"{AUDIT_TABLE} with query {audit_query(table.name)!r}"
     if found is not None:
         detail += f", {found} delete(s) recorded"
-    return CheckResult(name, Status.PASS, detail)
+    return await _children_missed(client, alias, table, name, detail)
+
+
+async def _children_missed(
+    client: ServiceNowClient, alias: str, table: TableConfig, name: str, detail: str
+) -> CheckResult:
+    """A WARN when ``table`` has child classes: their deletes are not read (decisions.md)."""
+    try:
+        children = await child_classes(client, table.name)
+    except ServiceNowError:
+        return CheckResult(name, Status.PASS, f"{detail}; its child classes could not be read")
+    if not children:
+        return CheckResult(name, Status.PASS, detail)
+    shown = ", ".join(children[:8]) + (
+        f" and {len(children) - 8} more" if len(children) > 8 else ""
+    )
+    return CheckResult(
+        name,
+        Status.WARN,
+        f"{detail}; but {table.name} has child classes ({shown}), whose rows are in its "
+        f"topic while their deletes are recorded under their own tablename and not read: "
+        f"their rows stay in the topic after they are deleted",
+        (
+            f"read the child tables themselves, each with deletes: audit, instead of "
+            f"{table.name}; or accept that deletes of {alias}'s child-class rows are missed",
+        ),
+    )
 
 
 async def _dictionary(client: ServiceNowClient, alias: str, table: TableConfig) -> CheckResult:

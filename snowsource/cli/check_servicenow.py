@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from snowsource.adapters.servicenow import Page, ServiceNowClient
+from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import access_checks, skipped_access
 from snowsource.cli.check_completeness import completeness_checks, skipped_completeness
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import AuthType, OAuthGrantType, Settings, TableConfig
+from snowsource.config.fields import AuthType, OAuthGrantType
+from snowsource.config.models import Settings, TableConfig
 from snowsource.core.errors import (
     AuthError,
     ConfigError,
@@ -31,7 +32,7 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import probe_params, sample_params, user_params
+from snowsource.core.tableapi import Page, probe_params, sample_params, user_params
 from snowsource.core.timestamps import is_valid_ts
 from snowsource.engine.wiring import snow_client, stream_specs
 
@@ -155,7 +156,10 @@ async def snow_checks(settings: Settings) -> list[CheckResult]:
     client = snow_client(settings)
     try:
         async with client:
-            return await _snow_checks_with(client, settings)
+            results = await _snow_checks_with(client, settings)
+            if results[-1].name == _TIME_ZONE:  # every check ran: what the pool saw, last
+                results.append(_sessions_result(client))
+            return results
     except ConfigError as exc:  # an unusable CA bundle is only found when the client starts
         return [
             CheckResult(_REACHABLE, Status.FAIL, str(exc).replace("\n", " ")),
@@ -165,6 +169,7 @@ async def snow_checks(settings: Settings) -> list[CheckResult]:
 
 _REACHABLE: Final = "ServiceNow reachable"
 _CREDENTIALS: Final = "ServiceNow credentials accepted"
+_TIME_ZONE: Final = "integration user's time zone"
 
 
 def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list[CheckResult]:
@@ -178,7 +183,7 @@ def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list
             out.append(CheckResult(f"table {alias} fields exist", Status.SKIP, why))
         out += skipped_access(alias, table, why)
         out += skipped_completeness(alias, table, why)
-    out.append(CheckResult("integration user's time zone", Status.SKIP, why))
+    out.append(CheckResult(_TIME_ZONE, Status.SKIP, why))
     return out
 
 
@@ -258,6 +263,32 @@ async def _stream_checks(
     them everything (completeness)."""
     access = await access_checks(client, alias, table, specs)
     return access + await completeness_checks(client, alias, table, specs)
+
+
+def _sessions_result(client: ServiceNowClient) -> CheckResult:
+    """What the session pool saw during the checks: sessions opened, the concurrency limit."""
+    pool = client.pool_status()
+    name = "ServiceNow sessions"
+    if pool is None:  # pragma: no cover - the checks ran on a started client
+        return CheckResult(name, Status.SKIP, "the client is closed")
+    detail = (
+        f"{pool.sessions_opened} session(s) opened by the instance for {pool.sessions_open} "
+        f"pool slot(s); concurrency limit {pool.limit} of {pool.max_concurrent_requests} "
+        f"(snow.http.max.concurrent.requests), {pool.requests_per_session} request(s) per "
+        f"session"
+    )
+    if pool.limit < pool.max_concurrent_requests:
+        return CheckResult(
+            name,
+            Status.WARN,
+            detail,
+            (
+                "the instance answered 429 without Retry-After: its nodes' API semaphores were "
+                "full; lower snow.http.max.concurrent.requests or ask the instance admin about "
+                "the API_INT semaphore (docs/operations.md#sessions-nodes-and-semaphores)",
+            ),
+        )
+    return CheckResult(name, Status.PASS, detail)
 
 
 async def _unreadable(
@@ -430,7 +461,7 @@ async def _time_zone(
     user_note: str,
     probes: list[_TableProbe],
 ) -> CheckResult:
-    name = "integration user's time zone"
+    name = _TIME_ZONE
     who = f"user {login!r}" if login else "the integration user"
     zone = str(user_row.get("time_zone") or "") if user_row else ""
     if zone:

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.txn_producer import TRANSACTION_TIMEOUT_MS
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 
 NAME = "exactly-once: broker allows transactions"
 

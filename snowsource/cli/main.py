@@ -9,12 +9,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
 from snowsource import __version__
 from snowsource.core.errors import ConfigError, FencedError, SnowsourceError
+
+if TYPE_CHECKING:
+    from snowsource.config.models import Settings
+    from snowsource.engine.wiring import Adapters
+
+    AdaptersFactory = Callable[[Settings], Adapters]
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -106,22 +113,31 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
     )
     check.add_argument("--config", help=config_help)
+    _delegated(sub)
+    return parser
 
+
+def _delegated(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands whose own parsers read their arguments (listed here for ``--help``)."""
     sub.add_parser("offsets", help="inspect, rewind and reset stored offsets", add_help=False)
     sub.add_parser("emulator", help="run the bundled ServiceNow Table API emulator", add_help=False)
     sub.add_parser("config", help="import a Kafka Connect connector config", add_help=False)
     sub.add_parser(
         "reconcile", help="compare each table's instance rows with its topic", add_help=False
     )
-    return parser
 
 
 def cmd_run(
-    config_path: str | None, log_level: str | None = None, *, allow_full_replay: bool = False
+    config_path: str | None,
+    log_level: str | None = None,
+    *,
+    allow_full_replay: bool = False,
+    adapters: AdaptersFactory | None = None,
 ) -> int:
-    """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``."""
+    """``snowsource run``; ``log_level`` (from ``--log-level``) overrides ``log.level``;
+    ``adapters`` builds the daemon's adapters (by default ``engine.wiring.Adapters``)."""
     from snowsource.cli.run import run_until_signal
-    from snowsource.config.settings import load_config
+    from snowsource.config.loader import load_config
     from snowsource.observability.logs import configure_logging
 
     loaded = load_config(config_path)
@@ -130,7 +146,9 @@ def cmd_run(
     for warning in loaded.warnings:
         structlog.get_logger("snowsource.config.settings").warning(warning)
     try:
-        return asyncio.run(run_until_signal(settings, allow_full_replay=allow_full_replay))
+        return asyncio.run(
+            run_until_signal(settings, allow_full_replay=allow_full_replay, adapters=adapters)
+        )
     except FencedError as exc:
         structlog.get_logger("snowsource").error("fenced", error=str(exc))
         return EXIT_RUNTIME

@@ -47,7 +47,7 @@ from snowsource.cli.offsets_session import (
     replace_writes,
     timestamp_arg,
 )
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from snowsource.core.errors import ConfigError, OffsetError
 from snowsource.core.offsets_codec import SourceOffset, encode_value
 from snowsource.core.offsets_plan import (

@@ -20,7 +20,8 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.adapters.membership import SESSION_TIMEOUT_MS, Member, describe_members
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.config.settings import Settings, TasksAssignment
+from snowsource.config.fields import TasksAssignment
+from snowsource.config.models import Settings
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec

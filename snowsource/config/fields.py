@@ -373,6 +373,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 BatchSize = Annotated[int, Field(ge=1, le=10000)]
+# Concurrent keyset pagers of one table's backfill: past the pool's requests they only queue.
+BackfillSlices = Annotated[int, Field(ge=1, le=64)]
 BrokerDefaultInt = Annotated[int, AfterValidator(_check_broker_default)]
 ReplicationFactor = Annotated[int, Field(le=32767), AfterValidator(_check_broker_default)]
 TopicName = Annotated[str, AfterValidator(_check_topic)]

@@ -18,7 +18,6 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from snowsource.config.availability import unavailable_features
 from snowsource.config.models import Settings
 from snowsource.config.problems import safe_problems, validation_problems
 from snowsource.config.sources import CONFIG_ENV, ConfigSources, activated
@@ -78,7 +77,7 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
         raise sources.config_file.fatal
     problems = [*sources.problems, *validation]
     if settings is not None and not problems:
-        problems = [*_missing_files(settings), *unavailable_features(settings)]
+        problems = _missing_files(settings)
     if problems or settings is None:
         found = safe_problems(problems, sources.secret_values())
         raise ConfigError(found or [("", "invalid configuration")])

@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from snowsource.config.fields import (
     TABLE_NAME_RE,
     AuthType,
+    BackfillSlices,
     BatchSize,
     BrokerDefaultInt,
     CompressionType,
@@ -77,7 +78,7 @@ from snowsource.config.fields import (
     stringify_configs,
 )
 from snowsource.config.sources import active_sources
-from snowsource.config.streams import derived_stream_problems
+from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
 from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
@@ -205,6 +206,8 @@ class TableConfig(Section):
     safety_lag_seconds: NonNegativeInt = 2
     value_format: ValueFormatKey = ValueFormat.STRING
     value_schema: ValueSchemaKey = ValueSchema.NONE
+    backfill_slices: BackfillSlices = 4
+    backfill_max_ahead_rows: PositiveInt = 50000
     # The key of this table under snow.tables: not a YAML key, filled in by SnowConfig.
     alias: str = Field("", exclude=True)
 
@@ -232,33 +235,11 @@ class TableConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _derived_streams_are_possible(self) -> TableConfig:
-        found = derived_stream_problems(
-            id_field=self.id_field,
-            deletes=self.deletes,
-            journal=self.journal,
-            journal_topic=self.journal_topic,
-        )
+    def _table_is_consistent(self) -> TableConfig:
+        # Derived streams, typed values and slices: the rules live in config/streams.py.
+        found = table_problems(self)
         if found:
             raise problems_error(found)
-        return self
-
-    @model_validator(mode="after")
-    def _typed_needs_raw_values(self) -> TableConfig:
-        # display.value: true replaces every raw value by text in the integration user's
-        # locale and format ("1,234", "29.09.2026"): typed conversion could only guess.
-        if self.value_format is ValueFormat.TYPED and self.display_value == "true":
-            raise problems_error(
-                [
-                    (
-                        "value.format",
-                        "typed cannot convert display values (display.value is true, so every "
-                        "value is text in the integration user's format): use display.value: "
-                        "all (raw values typed, display text kept beside them) or false, or "
-                        "value.format: string",
-                    )
-                ]
-            )
         return self
 
     @property
@@ -325,6 +306,30 @@ class SnowConfig(Section):
         return self.auth.oauth_token_url or f"{self.url}/oauth_token.do"
 
 
+class Backoff(Section):
+    """One retry policy's knobs: full-jitter backoff from the initial delay, doubling up to the
+    maximum (milliseconds)."""
+
+    initial_backoff_ms: PositiveInt = 500
+    max_backoff_ms: PositiveInt = Field(30000, validate_default=True)
+
+    @field_validator("max_backoff_ms")
+    @classmethod
+    def _max_not_below_initial(cls, value: int, info: ValidationInfo) -> int:
+        initial = info.data.get("initial_backoff_ms")
+        if initial is not None and value < initial:
+            raise ValueError(f"must be >= initial.backoff.ms ({initial})")
+        return value
+
+
+class KafkaRetryConfig(Section):
+    """``kafka.retry``: how retriable Kafka errors are retried, one policy per kind of work."""
+
+    offsets: Backoff = Field(default_factory=Backoff)  # offset writes to the offsets topic
+    transactions: Backoff = Field(default_factory=Backoff)  # exactly.once transactions
+    tail: Backoff = Field(default_factory=Backoff)  # reading output topics back at a restart
+
+
 class KafkaConfig(Section):
     """``kafka``: the producer and admin client connection."""
 
@@ -352,6 +357,7 @@ class KafkaConfig(Section):
     linger_ms: NonNegativeInt = 5
     max_request_size: PositiveInt = 1048576
     startup_timeout_seconds: PositiveFloat = 60.0
+    retry: KafkaRetryConfig = Field(default_factory=KafkaRetryConfig)
 
     @model_validator(mode="after")
     def _codec_installed(self) -> KafkaConfig:
@@ -405,6 +411,9 @@ class RestConfig(Section):
     # 0 asks the OS for a free port (tests); anything else is the listening port.
     port: Annotated[int, Field(ge=0, le=65535)] = 8083
     auth_token: Secret | None = None
+    # The operator console (GET /console) is static and reads through the API's own calls, so
+    # it adds nothing an API client could not already do; off only hides the page.
+    console: bool = True
 
 
 class LogConfig(Section):
@@ -422,6 +431,8 @@ INHERITED_BY_TABLES: Final = (
     "safety.lag.seconds",
     "value.format",
     "value.schema",
+    "backfill.slices",
+    "backfill.max.ahead.rows",
 )
 _DEFAULT_TOPIC_PREFIX: Final = "servicenow."
 
@@ -461,6 +472,8 @@ class Settings(BaseSettings):
     safety_lag_seconds: NonNegativeInt = 2
     value_format: ValueFormatKey = ValueFormat.STRING
     value_schema: ValueSchemaKey = ValueSchema.NONE
+    backfill_slices: BackfillSlices = 4
+    backfill_max_ahead_rows: PositiveInt = 50000
     dedup_max_entries: PositiveInt = 200000
     shutdown_timeout_seconds: PositiveFloat = 30.0
     health_unready_after_seconds: PositiveFloat = 300.0
@@ -571,6 +584,8 @@ def _root_adapters() -> dict[str, TypeAdapter[Any]]:
         "safety.lag.seconds": TypeAdapter(NonNegativeInt),
         "value.format": TypeAdapter(ValueFormatKey),
         "value.schema": TypeAdapter(ValueSchemaKey),
+        "backfill.slices": TypeAdapter(BackfillSlices),
+        "backfill.max.ahead.rows": TypeAdapter(PositiveInt),
         "topic.prefix": TypeAdapter(TopicPrefix),
     }
 

@@ -12,7 +12,7 @@ from typing import Final
 
 import mmh3
 
-__all__ = ["assign", "owner", "rendezvous_weight", "tables_for_task"]
+__all__ = ["assign", "owner", "rendezvous_weight"]
 
 SEED: Final = 0x5F3759DF
 
@@ -48,10 +48,3 @@ def assign(aliases: Sequence[str], tasks_max: int) -> dict[str, int]:
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"aliases must be unique: {list(aliases)!r}")
     return {alias: owner(alias, tasks_max, len(aliases)) for alias in aliases}
-
-
-def tables_for_task(aliases: Sequence[str], tasks_max: int, task_id: int) -> list[str]:
-    """The aliases task ``task_id`` runs, in the order given (empty when it owns none)."""
-    if not 0 <= task_id < tasks_max:
-        raise ValueError(f"task_id must be in [0, {tasks_max}), got {task_id}")
-    return [alias for alias, task in assign(aliases, tasks_max).items() if task == task_id]

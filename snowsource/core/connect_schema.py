@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import orjson
-
 from snowsource.core.typed import TypedRow, ValueKind
 
 _SCALAR_SCHEMA: Final[dict[ValueKind, str]] = {
@@ -75,8 +73,3 @@ def value_schema(typed: TypedRow, name: str | None = None) -> dict[str, Any]:
 def envelope(typed: TypedRow, name: str | None = None) -> dict[str, Any]:
     """``{"schema": ..., "payload": ...}`` for one record value."""
     return {"schema": value_schema(typed, name), "payload": typed.values}
-
-
-def envelope_bytes(typed: TypedRow, name: str | None = None) -> bytes:
-    """The envelope as compact UTF-8 JSON, the bytes a record value carries."""
-    return orjson.dumps(envelope(typed, name))

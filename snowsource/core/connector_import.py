@@ -186,7 +186,6 @@ _HTTP_KEYS: Final[dict[str, Convert]] = {
     "connect.timeout.ms": _as_int,
     "request.timeout.ms": _as_int,
     "max.concurrent.requests": _as_int,
-    "requests.per.session": _as_int,
     "retry.initial.backoff.ms": _as_int,
     "retry.max.backoff.ms": _as_int,
     "proxy.url": _as_text,
@@ -299,27 +298,8 @@ def _java(config: Mapping[str, Any], builder: _Builder) -> None:
                 "[a-z0-9_]); its topic is kept"
             )
     for key, raw in config.items():
-        if key == "snow.tables":
-            continue
-        if key in _JAVA_TOP_KEYS:
-            target, convert = _JAVA_TOP_KEYS[key]
-            builder.convert(key, raw, convert, target)
-        elif key.startswith("snow.auth."):
-            option = key[len("snow.auth.") :]
-            if option in _AUTH_KEYS:
-                builder.convert(key, raw, _AUTH_KEYS[option], ["snow", "auth", option])
-            else:
-                builder.skip(key, f"unknown auth option (known: {', '.join(_AUTH_KEYS)})")
-        elif key.startswith("snow.http."):
-            option = key[len("snow.http.") :]
-            if option in _HTTP_KEYS:
-                builder.convert(key, raw, _HTTP_KEYS[option], ["snow", "http", option])
-            else:
-                builder.skip(key, "unknown HTTP option")
-        elif key.startswith("snow.table."):
-            _java_table_key(key, raw, renamed, builder)
-        elif not builder.framework(key) and not builder.topic_creation(key, raw):
-            builder.skip(key, "no snowsource equivalent")
+        if key != "snow.tables":
+            _java_key(key, raw, renamed, builder)
     tables = builder.result.document.get("snow", {}).get("tables", {})
     for original, alias in renamed.items():
         if "name" not in tables.get(alias, {}):
@@ -331,6 +311,29 @@ def _java(config: Mapping[str, Any], builder: _Builder) -> None:
             )
     if not aliases:
         builder.skip("snow.tables", "missing: list the table aliases, comma-separated")
+
+
+def _java_key(key: str, raw: Any, renamed: Mapping[str, str], builder: _Builder) -> None:
+    """One key of the Java connector's configuration (other than ``snow.tables``)."""
+    if key in _JAVA_TOP_KEYS:
+        target, convert = _JAVA_TOP_KEYS[key]
+        builder.convert(key, raw, convert, target)
+    elif key.startswith("snow.auth."):
+        option = key[len("snow.auth.") :]
+        if option in _AUTH_KEYS:
+            builder.convert(key, raw, _AUTH_KEYS[option], ["snow", "auth", option])
+        else:
+            builder.skip(key, f"unknown auth option (known: {', '.join(_AUTH_KEYS)})")
+    elif key.startswith("snow.http."):
+        option = key[len("snow.http.") :]
+        if option in _HTTP_KEYS:
+            builder.convert(key, raw, _HTTP_KEYS[option], ["snow", "http", option])
+        else:
+            builder.skip(key, "unknown HTTP option")
+    elif key.startswith("snow.table."):
+        _java_table_key(key, raw, renamed, builder)
+    elif not builder.framework(key) and not builder.topic_creation(key, raw):
+        builder.skip(key, "no snowsource equivalent")
 
 
 def _java_table_key(key: str, raw: Any, renamed: Mapping[str, str], builder: _Builder) -> None:

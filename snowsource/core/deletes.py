@@ -8,7 +8,7 @@ it only borrows the table's ``query.domain`` flag, because the same integration 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -86,6 +86,8 @@ def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
         reconcile=False,
         journal=False,
         stream="deletes",
+        # It never runs ahead of its table, whose HI caps it: one pager, as in release 2.
+        backfill_slices=1,
         base=table,
     )
 
@@ -131,3 +133,14 @@ def cap_high_water(delete_hi: str, table_completed_hi: str | None) -> str | None
     if table_completed_hi is None:
         return None
     return min(delete_hi, table_completed_hi)
+
+
+def superseded(stones: Sequence[Tombstone], current: Collection[str]) -> frozenset[str]:
+    """Audit ids whose tombstone must not be sent: the deleted row exists again.
+
+    ``current`` holds those of the tombstones' keys that are rows of the table now (an import
+    coalescing on sys_id re-creates a row with the same id). The table has sent that version's
+    upsert already or will send it: a tombstone sent now could land after it and delete a live
+    row downstream, so the delete itself is left out and the row's last record stays an upsert.
+    """
+    return frozenset(stone.audit_id for stone in stones if stone.key in current)

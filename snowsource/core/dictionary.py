@@ -43,6 +43,11 @@ def parent_query(row: Row) -> str | None:
     return f"sys_id={parent}" if parent else None
 
 
+def children_query(sys_ids: Sequence[str]) -> str:
+    """``sysparm_query`` for the ``sys_db_object`` rows whose parent is one of ``sys_ids``."""
+    return f"super_classIN{','.join(sys_ids)}^ORDERBYname"
+
+
 def dictionary_query(lineage: Sequence[str]) -> str:
     """``sysparm_query`` for the dictionary rows of every table of ``lineage``."""
     return f"nameIN{','.join(lineage)}^ORDERBYname^ORDERBYelement"

@@ -79,5 +79,6 @@ def journal_stream_spec(table: TableSpec, *, snow_url: str, topic: str) -> Table
         reconcile=False,
         journal=False,
         stream="journal",
+        backfill_slices=1,  # one pager: a derived stream never runs ahead of its table
         base=table,
     )

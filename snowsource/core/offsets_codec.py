@@ -213,18 +213,7 @@ def _write(value: object, out: list[str]) -> None:
     elif isinstance(value, str):
         out.append(jackson_string(value))
     elif isinstance(value, Mapping):
-        keys = list(value)
-        for key in keys:
-            if not isinstance(key, str):
-                raise TypeError(f"map key {key!r} is not a string")
-        out.append("{")
-        for i, key in enumerate(java_hashmap_order(keys)):
-            if i:
-                out.append(",")
-            out.append(jackson_string(key))
-            out.append(":")
-            _write(value[key], out)
-        out.append("}")
+        _write_map(value, out)
     elif isinstance(value, list):
         out.append("[")
         for i, item in enumerate(value):
@@ -234,6 +223,22 @@ def _write(value: object, out: list[str]) -> None:
         out.append("]")
     else:
         raise TypeError(f"{type(value).__name__} is not a Connect schemaless JSON value")
+
+
+def _write_map(value: Mapping[object, object], out: list[str]) -> None:
+    keys: list[str] = []
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"map key {key!r} is not a string")
+        keys.append(key)
+    out.append("{")
+    for i, key in enumerate(java_hashmap_order(keys)):
+        if i:
+            out.append(",")
+        out.append(jackson_string(key))
+        out.append(":")
+        _write(value[key], out)
+    out.append("}")
 
 
 def encode_connect_json(value: object) -> bytes:

@@ -17,7 +17,7 @@ by remembering them.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,18 +82,15 @@ class PagePlan:
     late: int = 0
     last: Position | None = None  # position of the page's last row (where the next page starts)
     cursor: Position | None = None  # the cursor after the page (only emitted rows move it)
+    # The offset a transaction carrying this page commits, asked for at its commit; when unset,
+    # the last record's (a sliced backfill commits its prefix instead, SPEC §14.2).
+    commit_offset: Callable[[], SourceOffset | None] | None = None
 
 
 def _field(shaper: RecordShaper, row: dict[str, Any], name: str) -> str | None:
     value = row.get(name)
     # The raw response shape (plain strings) is the common one; dicts come with display values.
     return value if type(value) is str else shaper.raw(row, name)
-
-
-def row_position(spec: TableSpec, shaper: RecordShaper, row: dict[str, Any]) -> Position:
-    """A row's cursor position; ``TableFailedError`` naming the row when it has none."""
-    ts, ident = _row_key(spec, shaper, row, set())
-    return Position(ts, ident)
 
 
 def _valid_ts(stamp: str, valid_dates: set[str]) -> bool:
@@ -179,13 +176,15 @@ def plan_page(
     late_floor: Position,
     dedup: DedupCache,
     keep_from: str | None = None,
+    skip: Collection[str] = frozenset(),
 ) -> PagePlan:
     """Decide every row of a page (positions from :func:`page_positions`).
 
     ``dedup`` remembers each emitted row from ``keep_from`` on (all of them when ``None``).
     ``late_floor`` is where this incarnation's cursor started: rows below it may have been
     emitted before a restart (the cache started empty), so only rows between it and ``cursor``
-    are told apart as late commits.
+    are told apart as late commits. Rows whose id is in ``skip`` are left out like
+    suppressed repeats (the stream's hooks said not to emit them).
     """
     plan = PagePlan(phase=phase, fingerprint=spec.partition.query_fingerprint)
     if positions:
@@ -198,6 +197,9 @@ def plan_page(
     known = dedup.contains
     for row, key in zip(rows, positions, strict=True):
         ts, ident = key
+        if ident in skip:
+            plan.suppressed += 1
+            continue
         value = value_bytes(row)
         if keep_from is not None and ts < keep_from and not known(ident):
             # Outside the re-read window and never emitted in this incarnation: it is new.

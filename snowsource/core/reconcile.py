@@ -78,6 +78,7 @@ def reconcile_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
         reconcile=False,
         journal=False,
         stream="reconcile",
+        backfill_slices=1,  # one pager: a derived stream never runs ahead of its table
         base=table,
     )
 

@@ -46,11 +46,6 @@ class RecordShaper:
     timestamp_field: str
     id_field: str
 
-    @property
-    def request_display_value(self) -> str:
-        """The ``sysparm_display_value`` to send: ``all`` whenever display values are wanted."""
-        return "false" if self.display_value == "false" else "all"
-
     def raw(self, row: Mapping[str, Any], field: str) -> str | None:
         """The raw (stored) value of ``field``, whatever the response shape; None when absent."""
         value = row.get(field)

@@ -24,6 +24,15 @@ _MAX_EXPONENT = 62
 
 
 @dataclass(frozen=True)
+class KafkaRetries:
+    """The retry policies of Kafka work, each its own (``kafka.retry.*``)."""
+
+    offsets: RetryPolicy
+    transactions: RetryPolicy
+    tail: RetryPolicy
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """Backoff knobs in seconds (``snow.http.retry.initial/max.backoff.ms`` divided by 1000)."""
 

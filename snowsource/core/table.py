@@ -42,6 +42,9 @@ class TableSpec:
     journal: bool = False  # the table has a journal stream (``journal: true``)
     # What this spec streams: the table itself, or one of its derived streams.
     stream: StreamKind = "table"
+    # Parallel backfill (SPEC §14.2): concurrent range pagers, rows read ahead of the prefix.
+    backfill_slices: int = 1
+    backfill_max_ahead_rows: int = 50000
     # Set on a derived stream only: the table whose deletes, keys or journal it reads.
     base: TableSpec | None = None
 

@@ -1,4 +1,5 @@
-"""The Table API request parameters of a table (SPEC §5): built here only.
+"""The Table API as plain values (SPEC §5): a table's request parameters, built here only,
+and the page a list request answers.
 
 The poller's page requests and clock probe and ``snowsource check``'s probes ask for the same
 table the same way (fields, display values, domain, category), so a check that passes predicts
@@ -8,9 +9,30 @@ delete stream's from ``core/deletes``), so the scope of a request cannot be buil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from snowsource.core.cursor import Position, page_query
+from snowsource.core.query import split_groups
 from snowsource.core.records import RAW_FIELDS_EXTRA
 from snowsource.core.table import TableSpec
+
+
+@dataclass(frozen=True)
+class Page:
+    """One Table API list response.
+
+    ``date`` is the raw ``Date`` header (the instance clock), ``total_count`` the
+    ``X-Total-Count`` header when the request asked for a count, ``elapsed`` the seconds from
+    sending the request to having read the whole body.
+    """
+
+    rows: list[dict[str, Any]]
+    status: int
+    date: str | None
+    total_count: int | None
+    elapsed: float
 
 
 def requested_fields(spec: TableSpec) -> str | None:
@@ -44,6 +66,13 @@ def page_params(
     if fields:
         params["sysparm_fields"] = fields
     params.update(scope_params(spec.query_domain, spec.query_category))
+    return params
+
+
+def first_row_params(spec: TableSpec, after: Position, hi: str) -> dict[str, str]:
+    """The first row of a window, its cursor fields only (where a sliced backfill starts)."""
+    params = page_params(spec, after, hi, 1)
+    params["sysparm_fields"] = f"{spec.timestamp_field},{spec.id_field}"
     return params
 
 
@@ -130,5 +159,26 @@ def _one_row(
         params["sysparm_fields"] = fields
     if with_query and spec.normalised_query:
         params["sysparm_query"] = spec.normalised_query
+    params.update(scope_params(spec.query_domain, spec.query_category))
+    return params
+
+
+def current_rows_params(spec: TableSpec, ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` that are rows of the table now, under its base query: id and cursor
+    timestamp only. The delete stream asks before it tombstones a row that may have been
+    re-created with the same id (``core.deletes.superseded``)."""
+    wanted = f"{spec.id_field}IN{','.join(ids)}"
+    groups = split_groups(spec.normalised_query)
+    # Every ^NQ group is its own AND-group: the id condition must bind to each of them.
+    query = "^NQ".join(f"{group}^{wanted}" if group else wanted for group in groups)
+    params = {
+        "sysparm_query": query,
+        "sysparm_fields": f"{spec.id_field},{spec.timestamp_field}",
+        "sysparm_limit": str(len(ids)),
+        "sysparm_display_value": "false",
+        "sysparm_exclude_reference_link": "true",
+        "sysparm_no_count": "true",
+        "sysparm_suppress_pagination_header": "true",
+    }
     params.update(scope_params(spec.query_domain, spec.query_category))
     return params

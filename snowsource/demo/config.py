@@ -8,7 +8,8 @@ from typing import Any, Final
 
 import yaml
 
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.errors import ConfigError
 from snowsource.demo.options import EMULATOR_PASSWORD, EMULATOR_USER, Options
 

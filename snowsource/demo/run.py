@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from snowsource.adapters.kafka import KafkaConnection, KafkaUnavailableError, wait_for_kafka
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.query import normalise_query
 from snowsource.demo import processes
@@ -129,6 +129,8 @@ def _emulator_argv(port: int, options: Options) -> list[str]:
         *("emulator", "--port", str(port), "--tables", ",".join(TABLES)),
         *("--rows", str(options.rows), "--activity", f"{options.activity:g}"),
         *("--latency-ms", f"{options.latency_ms:g}"),
+        # An instance's sessions and nodes (SPEC §14.1): the daemon's session pool at work.
+        *("--session-sync", "--nodes", "2"),
     ]
 
 
@@ -156,8 +158,8 @@ async def demo(options: Options) -> int:
         async with _signals(stop, children), emulator:
             print(
                 f"starting the ServiceNow emulator on {url} (user {EMULATOR_USER}, password "
-                f"{EMULATOR_PASSWORD}), seeding {options.rows:,} rows into each of "
-                f"{', '.join(TABLES)} ..."
+                f"{EMULATOR_PASSWORD}; 2 nodes, one transaction per session), seeding "
+                f"{options.rows:,} rows into each of {', '.join(TABLES)} ..."
             )
             await processes.wait_for_emulator(url, emulator, emulator_log, stop)
             rest_port = free_port()
@@ -223,6 +225,7 @@ class _Run:
             print(f"connector {settings.name}: snowsource run --config {config_path}")
             print(f"Kafka {options.bootstrap}, topics {', '.join(v.topic for v in views)}")
             print(f"REST: curl -s http://127.0.0.1:{rest_port}/connectors/{settings.name}/status")
+            print(f"console: open http://127.0.0.1:{rest_port}/console in a browser")
             if options.seconds is not None:
                 print(f"running headless for {options.seconds:g} s (DEMO_SECONDS)")
             print()

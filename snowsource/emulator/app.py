@@ -92,7 +92,7 @@ async def _table_request(
     request: web.Request, handler: Handler, emu: Emulator, entry: Request
 ) -> web.StreamResponse:
     table = request.match_info["table"]
-    fault = emu.faults.take(table)
+    fault = emu.faults.take(table, request.query.get("sysparm_query", ""))
     if fault is not None:
         if fault.kind == "status":
             return _fault_response(fault)

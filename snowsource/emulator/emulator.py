@@ -85,8 +85,7 @@ class Emulator(RowWrites, AccessRules, CompletenessData):
         self.faults = Faults()
         self.journal = Journal()
         self.rate_limiter = RateLimiter()
-        #: sessions, nodes and their semaphores (off until ``instance.configure()``).
-        self.instance = InstanceModel()
+        self.instance = InstanceModel()  # sessions, nodes, semaphores: off until configure()
         self.system_tz = ZoneInfo(system_tz)
         #: glide.invalid_query.returns_no_rows
         self.invalid_query_returns_no_rows = False

@@ -2,13 +2,25 @@
 
 No I/O here; the app asks :meth:`Faults.take` for the next fault that matches a request and acts
 it out. Faults are consumed in FIFO order: the first pending fault whose ``table`` matches
-(``None`` matches any Table API request) is used and its ``times`` counter decremented.
+(``None`` matches any Table API request) and, when it has one, whose ``window`` holds the start
+of the request's keyset window, is used and its ``times`` counter decremented.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Literal
+
+# The lower bound of a keyset window (``ts>=T`` / ``ts>T``, SPEC §5): where a page starts.
+_WINDOW_START = re.compile(r"(?:^|\^)[A-Za-z0-9_]+>=?([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8})")
+
+
+def window_start(query: str) -> str | None:
+    """The timestamp a keyset page query reads from, or ``None`` when it has no lower bound."""
+    found = _WINDOW_START.search(query)
+    return found.group(1) if found else None
+
 
 FaultKind = Literal["status", "malformed", "empty", "truncated", "slow", "disconnect"]
 _KINDS = ("status", "malformed", "empty", "truncated", "slow", "disconnect")
@@ -30,6 +42,9 @@ class Fault:
       ``Content-Length`` bytes arrived).
     - ``slow``: wait ``delay`` wall-clock seconds, then answer normally.
     - ``disconnect``: close the connection without any response.
+
+    ``window = (a, b)`` restricts a fault to page requests whose keyset window starts in
+    ``[a, b)`` (a slow time range: one slice of a parallel backfill lags the others).
     """
 
     kind: FaultKind
@@ -40,6 +55,16 @@ class Fault:
     times: int | None = 1
     table: str | None = None
     message: str | None = None
+    window: tuple[str, str] | None = None
+
+    def matches(self, table: str, query: str) -> bool:
+        """Whether this fault applies to a request for ``table`` with ``sysparm_query``."""
+        if self.table is not None and self.table != table:
+            return False
+        if self.window is None:
+            return True
+        start = window_start(query)
+        return start is not None and self.window[0] <= start < self.window[1]
 
 
 class Faults:
@@ -59,6 +84,7 @@ class Faults:
         times: int | None = 1,
         table: str | None = None,
         message: str | None = None,
+        window: tuple[str, str] | None = None,
     ) -> Fault:
         """Queue a fault; ``times=None`` keeps it forever (until :meth:`clear`)."""
         if kind is None:
@@ -80,14 +106,15 @@ class Faults:
             times=times,
             table=table,
             message=message,
+            window=window,
         )
         self._pending.append(fault)
         return fault
 
-    def take(self, table: str) -> Fault | None:
-        """Consume the first pending fault matching ``table``, if any."""
+    def take(self, table: str, query: str = "") -> Fault | None:
+        """Consume the first pending fault matching ``table`` (and ``query``), if any."""
         for index, fault in enumerate(self._pending):
-            if fault.table is None or fault.table == table:
+            if fault.matches(table, query):
                 if fault.times is not None:
                     fault.times -= 1
                     if fault.times == 0:

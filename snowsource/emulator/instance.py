@@ -9,6 +9,8 @@
   session to its node, a new session goes to the next node in turn. Each node runs API
   transactions in a semaphore of ``node_threads`` threads with a queue of ``node_queue``; a
   request finding every thread busy and the queue full gets **429 without ``Retry-After``**.
+- **Session timeout.** A session unused for ``session_timeout`` (30 minutes, the instance's
+  default) is gone; until then it counts as live (it holds memory on its node).
 - **Statistics** for tests and benchmarks (:meth:`InstanceModel.statistics`): sessions opened
   and live, in flight per node and their peaks, 202/429 counts, and the time requests were
   served (holding a node thread), whose ratio to the wall time is the effective concurrency.
@@ -31,6 +33,10 @@ from typing import Final, Literal
 __all__ = ["POOL_COOKIE", "ROUTE_COOKIE", "SESSION_COOKIE", "Admission", "InstanceModel"]
 
 SESSION_COOKIE: Final = "JSESSIONID"
+#: An instance's default session timeout: an idle session holds its node's memory this long.
+SESSION_TIMEOUT_SECONDS: Final = 1800.0
+# Idle sessions are swept once per this many new sessions (not on every request).
+_SWEEP_EVERY: Final = 256
 POOL_COOKIE: Final = "BIGipServerpool_snowsource_emulator"
 ROUTE_COOKIE: Final = "glide_user_route"
 
@@ -41,6 +47,7 @@ Verdict = Literal["served", "queued_out", "saturated"]
 class _Session:
     id: str
     node: int
+    last_used: float = dataclasses.field(default_factory=time.monotonic)
     running: int = 0
     waiters: int = 0
     turn: asyncio.Condition = dataclasses.field(default_factory=asyncio.Condition)
@@ -83,6 +90,7 @@ class InstanceModel:
         self._nodes: list[_Node] = []
         self._sessions: dict[str, _Session] = {}
         self._next_node = itertools.count()
+        self.session_timeout = SESSION_TIMEOUT_SECONDS
         self.configure(enabled=False)
 
     def configure(
@@ -95,8 +103,10 @@ class InstanceModel:
         nodes: int = 2,
         node_threads: int = 4,
         node_queue: int = 50,
+        session_timeout: float = SESSION_TIMEOUT_SECONDS,
     ) -> None:
-        """Set the model up (and forget every session and statistic)."""
+        """Set the model up (and forget every session and statistic). A session unused for
+        ``session_timeout`` seconds is gone: its cookie opens a new one."""
         if per_session < 1 or nodes < 1 or node_threads < 1 or node_queue < 0 or max_waiting < 0:
             raise ValueError(
                 "per_session, nodes and node_threads must be >= 1; node_queue and max_waiting >= 0"
@@ -107,22 +117,25 @@ class InstanceModel:
         self.max_waiting = max_waiting
         self.node_threads = node_threads
         self.node_queue = node_queue
+        self.session_timeout = session_timeout
         self._nodes = [_Node(i, asyncio.Semaphore(node_threads)) for i in range(nodes)]
         self._sessions.clear()
         self._next_node = itertools.count()
+        self.in_flight = 0  # configure before serving: nothing is in flight
         self.reset_statistics()
 
     def reset_statistics(self) -> None:
-        """Start counting afresh (sessions stay open)."""
+        """Start counting afresh (sessions stay open). A request being served counts only its
+        time after the reset, so a reset in the middle of a run measures the rest exactly."""
         self.sessions_opened = 0
         self.rejected_202 = 0
         self.rejected_429 = 0
         self.served = 0
         self.served_seconds = 0.0
         self.max_served_seconds = 0.0
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.first_at: float | None = None
+        self.peak_in_flight = self.in_flight  # in_flight is state, not a counter
+        self._since = time.monotonic()
+        self.first_at: float | None = self._since if self.in_flight else None
         self.last_at: float | None = None
         for node in self._nodes:
             node.peak_busy = node.busy
@@ -139,19 +152,33 @@ class InstanceModel:
     def _session_for(self, cookies: Mapping[str, str]) -> tuple[_Session, dict[str, str]]:
         """The request's session, opening one when it has none (or one this node forgot)."""
         node = self._node_from_cookie(cookies.get(POOL_COOKIE))
+        now = time.monotonic()
         known = self._sessions.get(cookies.get(SESSION_COOKIE, ""))
+        if known is not None and now - known.last_used > self.session_timeout:
+            del self._sessions[known.id]  # timed out: the cookie names a session long gone
+            known = None
         if known is not None and (node is None or known.node == node):
+            known.last_used = now
             return known, {}
         if node is None:
             node = next(self._next_node) % len(self._nodes)
         session = _Session(id=secrets.token_hex(16).upper(), node=node)
         self._sessions[session.id] = session
         self.sessions_opened += 1
+        if self.sessions_opened % _SWEEP_EVERY == 0:
+            self._sweep(now)
         return session, {
             SESSION_COOKIE: session.id,
             POOL_COOKIE: self._nodes[node].cookie,
             ROUTE_COOKIE: f"glide.{secrets.token_hex(16)}",
         }
+
+    def _sweep(self, now: float) -> None:
+        """Forget sessions idle past the timeout (those running a request are not idle)."""
+        for sid, session in list(self._sessions.items()):
+            idle = session.running == 0 and session.waiters == 0
+            if idle and now - session.last_used > self.session_timeout:
+                del self._sessions[sid]
 
     def _node_from_cookie(self, value: str | None) -> int | None:
         return next((n.index for n in self._nodes if n.cookie == value), None)
@@ -226,8 +253,9 @@ class InstanceModel:
             node.served += 1
             self.in_flight -= 1
             self.served += 1
-            self.served_seconds += ended - started
-            self.max_served_seconds = max(self.max_served_seconds, ended - started)
+            counted = ended - max(started, self._since)
+            self.served_seconds += counted
+            self.max_served_seconds = max(self.max_served_seconds, counted)
             self.last_at = ended
 
     # ---- statistics ------------------------------------------------------------------------

@@ -78,9 +78,11 @@ async def _statistics(request: web.Request) -> web.Response:
 
 
 async def _reset_statistics(request: web.Request) -> web.Response:
+    """The statistics up to now, and counting starts afresh (one step: nothing falls between)."""
     model = request.app[EMULATOR].instance
+    until_now = model.statistics()
     model.reset_statistics()
-    return json_response(model.statistics())
+    return json_response(until_now)
 
 
 def statistics_routes(router: web.UrlDispatcher) -> None:

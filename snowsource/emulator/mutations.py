@@ -94,9 +94,10 @@ class RowWrites:
             raise ValueError(f"unknown field(s) for {table}: {', '.join(sorted(unknown))}")
         sys_id = given.get("sys_id") or self.new_sys_id()
         where = self.store.table_of(sys_id)
-        # A deleted row's sys_id may be inserted again into its own table, as a client that
-        # POSTs an explicit sys_id (a sync re-creating a record) does on an instance.
-        if where is not None and (where != table or self.store.latest(table, sys_id) is not None):
+        # A deleted row's sys_id may be inserted again into its table, as an import set
+        # coalescing on sys_id does on a real instance.
+        recreated = where == table and self.store.latest(table, sys_id) is None
+        if where is not None and not recreated:
             raise ValueError(f"sys_id {sys_id} already exists")
         template, stamped, authored = self._template(tdef)
         row = template.copy()
@@ -115,7 +116,8 @@ class RowWrites:
         now_ts = now.timestamp()
         visible_from = visible_at.timestamp() if visible_at is not None else now_ts
         self.store.put(table, sys_id, row, visible_from=visible_from, now=now_ts)
-        self._ids[table].append(sys_id)
+        if not recreated:
+            self._ids[table].append(sys_id)
         return row
 
     def _template(self, tdef: TableDef) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:

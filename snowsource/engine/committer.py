@@ -29,10 +29,6 @@ from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 
-class CommitterStoppedError(Exception):
-    """The committer ended without being closed (cancelled, or a bug): nothing would commit."""
-
-
 class OffsetCommits(Protocol):
     """Where a committer's offsets go: the offsets topic through :class:`OffsetWriter`, or with
     exactly-once the table's transactions (``engine.txn_delivery``), where a page's offset is

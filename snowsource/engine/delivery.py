@@ -20,7 +20,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
+from snowsource.core.outbound import (
+    Headers,
+    PageAck,
+    PageRecordLike,
+    phase_header,
+    source_headers,
+    timestamp_header,
+)
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import OffsetCommits, OffsetWriter
@@ -72,9 +79,6 @@ class DeliveryFactory(Protocol):
     ) -> TableDelivery: ...
 
 
-_PHASE_HEADERS = {phase: ("snow.phase", phase.encode()) for phase in ("backfill", "stream")}
-
-
 class PageDelivery:
     """Sends one table's pages, at most one unacknowledged at a time (at least once)."""
 
@@ -97,11 +101,7 @@ class PageDelivery:
         self._topic = spec.topic
         self._sink = sink
         self._stop = stop
-        # The partition is the one place that says which instance and table a record is from.
-        self._headers: Headers = headers or [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-        ]
+        self._headers: Headers = headers or source_headers(spec.partition)
         self._key_value = key_value
         self._record_headers = record_headers
         self._pending: asyncio.Future[PageAck] | None = None
@@ -133,22 +133,19 @@ class PageDelivery:
 
     def records(self, plan: PagePlan) -> list[PageRecordLike]:
         """The page's records: key, value and the headers that differ per record."""
-        phase = _PHASE_HEADERS.get(plan.phase) or ("snow.phase", plan.phase.encode())
+        phase = phase_header(plan.phase)
         key_value = self._key_value
         if key_value is None:
             # Plain tuples: a NamedTuple per row costs a constructor call for nothing.
             return [
-                (emit.id.encode(), emit.value, [("snow.timestamp", emit.ts.encode()), phase])
+                (emit.id.encode(), emit.value, [timestamp_header(emit.ts), phase])
                 for emit in plan.emits
             ]
         own = self._record_headers
         if own is None:
-            return [
-                (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase])
-                for emit in plan.emits
-            ]
+            return [(*key_value(emit), [timestamp_header(emit.ts), phase]) for emit in plan.emits]
         return [
-            (*key_value(emit), [("snow.timestamp", emit.ts.encode()), phase, *own(emit)])
+            (*key_value(emit), [timestamp_header(emit.ts), phase, *own(emit)])
             for emit in plan.emits
         ]
 
@@ -158,6 +155,8 @@ class PageDelivery:
         Never raises for a Kafka error: the :class:`PageAck` says how long the acknowledged
         prefix is and why the record after it was not acknowledged.
         """
+        if self._stop.revoked():
+            return None  # another member may own the table now: this page is stale
         records = self.records(plan)
         self._pending_records = len(records)
         pending = await self._sink.send_page(self._topic, records, headers=self._headers)

@@ -24,6 +24,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from aiokafka.errors import KafkaError
+
+from snowsource.core.errors import (
+    AuthError,
+    KafkaSinkError,
+    OffsetError,
+    TableError,
+    TableFailedError,
+)
+from snowsource.core.table import TableSpec
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
 
@@ -32,7 +42,10 @@ __all__ = [
     "FailureSource",
     "FailureTracker",
     "FailureView",
+    "diagnostic",
     "failing_seconds",
+    "is_fatal",
+    "unacked",
 ]
 
 #: Records unacknowledged for this long count as a failed attempt (and again every as long):
@@ -153,3 +166,46 @@ def failing_seconds(status: FailureView, now: datetime | None = None) -> float |
     if since is None:
         return None
     return max(((now or _utcnow()) - since).total_seconds(), 0.0)
+
+
+class CommitterStoppedError(Exception):
+    """The committer ended without being closed (cancelled, or a bug): nothing would commit."""
+
+
+# Errors that retrying cannot cure: the table goes to FAILED with their message.
+_FATAL = (
+    TableFailedError,
+    OffsetError,
+    TableError,
+    AuthError,
+    KafkaSinkError,
+    CommitterStoppedError,
+)
+
+
+def is_fatal(error: BaseException) -> bool:
+    """True for the errors a table FAILs with by design (anything else is a bug)."""
+    return isinstance(error, (*_FATAL, KafkaError))
+
+
+def diagnostic(describe: str, explain: Callable[[BaseException], str], error: Exception) -> str:
+    """The FAILED diagnostic of a table (``describe``) that ``error`` ended; ``explain`` is the
+    stream's own wording of its errors."""
+    if isinstance(error, _FATAL):
+        message = explain(error)
+        return message if describe in message else f"{describe}: {message}"
+    if isinstance(error, KafkaError):
+        return (
+            f"{describe}: writing its offset failed and retrying cannot help: {error!r}; "
+            f"check the ACLs and configuration of the offsets topic"
+        )
+    return f"unexpected error: {error!r}"
+
+
+def unacked(spec: TableSpec, records: int) -> str:
+    """The retried error of a page Kafka keeps unacknowledged (``FailureTracker.overdue``)."""
+    return (
+        f"{spec.describe}: Kafka has not acknowledged a page of {records} record(s) for topic "
+        f"{spec.topic} within {ACKS_OVERDUE_SECONDS:g} s; still waiting (is the "
+        f"partition's leader broker reachable?)"
+    )

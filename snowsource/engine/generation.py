@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from snowsource.engine.poller import Poller, TableState
+from snowsource.core.table_status import TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
 
 __all__ = ["Generation", "stop_generation"]

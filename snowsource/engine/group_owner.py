@@ -33,13 +33,15 @@ import structlog
 from snowsource.adapters.group_protocol import GroupView, TableAssignor, member_key
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.generation import Generation, stop_generation
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline, StopSignal
+from snowsource.runtime.tasks import TaskSet
 
 __all__ = ["GroupOwner", "group_membership"]
 
@@ -66,7 +68,7 @@ class GroupOwner:
         build: BuildPollers,
         run: RunPollers,
         reload: Callable[[], Awaitable[None]],
-        on_crash: Callable[[asyncio.Task[None]], None],
+        tasks: TaskSet,
         page_slots: int,
         stop_timeout: float,
     ) -> None:
@@ -77,10 +79,14 @@ class GroupOwner:
             self.streams.setdefault(alias, []).append(spec)
         self.view: GroupView | None = None
         self.rejoin: Callable[[], None] = lambda: None
+        # The group membership's lease for tables started now (adapters.membership).
+        self.lease: Callable[[], Callable[[], str | None]] = lambda: lambda: None
         self._build = build
         self._run = run
         self._reload = reload
-        self._on_crash = on_crash
+        # Generations and the reconciler run in the daemon's task set: a crash (a bug) reaches
+        # the daemon, which shuts down, and none outlives it.
+        self._tasks = tasks
         self._pages = PageBudget(page_slots)
         self._stop_timeout = stop_timeout
         self._units: dict[str, Generation] = {}
@@ -133,9 +139,8 @@ class GroupOwner:
         """Run the tables the group gives this member (start, REST resume)."""
         if self._task is None:
             log.info("group member", member=self.key)
-            self._task = asyncio.create_task(self._reconcile_forever(), name="group-owner")
-            # A bug in the reconciler must end the process, not leave the tables unmanaged.
-            self._task.add_done_callback(self._on_crash)
+            # A bug in the reconciler ends the process, not leave the tables unmanaged.
+            self._task = self._tasks.spawn(self._reconcile_forever(), name="group-owner")
         resumed = self._stopped_by_operator
         self._enabled = True
         self._stopped_by_operator = False
@@ -258,11 +263,10 @@ class GroupOwner:
         log.info("tables started", tables=gaining, member=self.key)
 
     def _start(self, alias: str) -> None:
-        stop = StopSignal()
+        stop = StopSignal(self.lease())
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
-        task = asyncio.create_task(self._run(runnable), name=f"table:{alias}")
-        task.add_done_callback(self._on_crash)
+        task = self._tasks.spawn(self._run(runnable), name=f"table:{alias}")
         self._units[alias] = Generation(stop=stop, pollers=pollers, task=task)
         for stream in pollers:
             metrics.set_state(stream, TableState.RUNNING.value)
@@ -310,6 +314,7 @@ def group_membership(
         on_lost=owner.on_lost,
     )
     owner.rejoin = membership.request_rejoin
+    owner.lease = membership.lease
     return membership
 
 

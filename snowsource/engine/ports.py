@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
+from snowsource.core.tableapi import Page
 
 
 class PageSource(Protocol):

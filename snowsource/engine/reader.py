@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
-from snowsource.adapters.servicenow import Page
 from snowsource.core.clock import InstanceClock
 from snowsource.core.cursor import Position
 from snowsource.core.errors import (
@@ -24,7 +24,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import clock_probe_params, page_params
+from snowsource.core.tableapi import Page, clock_probe_params, first_row_params, page_params
 from snowsource.engine.clock_probe import observed
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import PageSource
@@ -63,6 +63,13 @@ class TableReader:
 
         page = await self._request(params, sizing=True)
         return page, limits[-1]
+
+    async def first_row(self, after: Position, hi: str) -> dict[str, Any] | None:
+        """The window's first row (cursor fields only), or ``None`` when the instance returned
+        none: an empty window, or a first row the user may not read (ACLs follow the limit)."""
+        params = first_row_params(self._spec, after, hi)
+        page = await self._request(lambda: params, sizing=False)
+        return page.rows[0] if page.rows else None
 
     async def ensure_clock(self, clock: InstanceClock) -> None:
         """HI is never computed from the local clock alone: see one ``Date`` header first

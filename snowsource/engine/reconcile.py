@@ -31,7 +31,6 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import is_retriable
-from snowsource.adapters.servicenow import Page
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import AUDIT_TABLE, DELETE, OPERATION_HEADER
 from snowsource.core.dictionary import raw
@@ -64,11 +63,12 @@ from snowsource.core.reconcile import (
 )
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import scope_params
+from snowsource.core.table_status import TableState, TableStatus
+from snowsource.core.tableapi import Page, scope_params
 from snowsource.core.timestamps import format_ts
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.failures import FailureSource, FailureTracker
-from snowsource.engine.poller import Poller, TableState, TableStatus
+from snowsource.engine.poller import Poller
 from snowsource.engine.ports import OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
 from snowsource.engine.streams import ReconcileHooks, SweepMark

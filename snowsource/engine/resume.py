@@ -29,7 +29,7 @@ from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.topic_tail import TailResult
 from snowsource.core.cursor import Position, first_sweep_start
 from snowsource.core.dedup import DedupCache
-from snowsource.core.errors import KafkaSinkError, OffsetError
+from snowsource.core.errors import KafkaSinkError, OffsetError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_value, validate_offset
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
@@ -59,6 +59,7 @@ class OutputTail(Protocol):
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult: ...
 
 
@@ -184,16 +185,61 @@ async def rebuild_dedup(
     re-emits, which is what was asked for). Transient Kafka errors are retried until ``stop``.
     A read Kafka refuses (no Read ACL on the output topic) is a WARN in at-least-once mode
     (the overlap window may come once more, as in release 0.1) and, when ``required``
-    (exactly-once, whose promise depends on it), fails the table.
+    (exactly-once, whose promise depends on it), fails the table; so does, when ``required``,
+    a rebuild the scan cap cut short.
     """
     if tail is None or committed is None or cache.max_entries == 0:
         return
     cursor = Position(committed.timestamp, committed.sys_id)
     since = first_sweep_start(cursor, spec.overlap_seconds, spec.start_timestamp).ts
+    began = time.monotonic()
+    result = await _read_back(
+        spec, tail, since, cache.max_entries, stop=stop, retry=retry, required=required, log=log
+    )
+    if result is None:
+        return
+    if required and not result.complete:
+        raise _incomplete(spec, result, cache.max_entries)
+    beyond = not moved_back and _beyond_cursor_is_emitted(
+        result, cursor, written_ms, sliced=spec.backfill_slices > 1
+    )
+    before = cache.evictions_by_cap
+    skipped = 0
+    for record in result.records:
+        produced_after = written_ms is not None and record.produced_ms >= written_ms
+        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
+            cache.remember(record.id, record.ts, record.digest)
+        else:
+            skipped += 1
+    fields = {
+        "topic": spec.topic,
+        "since": since,
+        "records": len(result.records),
+        "ids": len(cache),
+        "rewound": skipped,
+        "scanned": result.scanned,
+        "complete": result.complete,
+        "duration_s": round(time.monotonic() - began, 3),
+    }
+    _log_rebuilt(spec, cache, cache.evictions_by_cap - before, fields, log)
+
+
+async def _read_back(
+    spec: TableSpec,
+    tail: OutputTail,
+    since: str,
+    max_entries: int,
+    *,
+    stop: asyncio.Event,
+    retry: RetryPolicy,
+    required: bool,
+    log: structlog.typing.FilteringBoundLogger,
+) -> TailResult | None:
+    """The table's records of the re-read window, retried until ``stop``; None when Kafka
+    refuses the read and the table may go on without (at least once)."""
     # Earlier restarts re-read one overlap before their own cursor: a record that old may sit
     # after records of the window, so the backward walk may only stop below this floor.
     slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
-    began = time.monotonic()
     # A delete stream's tombstones are on its table's topic, under the table's name.
     base = spec.base if spec.stream == "deletes" else None
     table = base.name if base is not None else spec.partition.table
@@ -209,15 +255,16 @@ async def rebuild_dedup(
     try:
         async for attempt in retrying(retry, stop, retry_if=is_retriable, on_retry=warn):
             with attempt:
-                result = await _unless_stopped(
+                return await _unless_stopped(
                     tail.read_window(
                         spec.topic,
                         instance=spec.partition.instance,
                         table=table,
                         since=since,
                         slack_floor=slack_floor,
-                        max_scanned=scan_cap(cache.max_entries),
+                        max_scanned=scan_cap(max_entries),
                         deletes=base is not None,
+                        unordered_backfill=spec.backfill_slices > 1,
                     ),
                     stop,
                 )
@@ -234,49 +281,60 @@ async def rebuild_dedup(
             topic=spec.topic,
             error=repr(exc),
         )
-        return
-    beyond = not moved_back and _beyond_cursor_is_emitted(result, cursor, written_ms)
-    before = cache.evictions_by_cap
-    skipped = 0
-    for record in result.records:
-        produced_after = written_ms is not None and record.produced_ms >= written_ms
-        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
-            cache.remember(record.id, record.ts, record.digest)
-        else:
-            skipped += 1
-    evicted = cache.evictions_by_cap - before
-    fields = {
-        "topic": spec.topic,
-        "since": since,
-        "records": len(result.records),
-        "ids": len(cache),
-        "rewound": skipped,
-        "scanned": result.scanned,
-        "complete": result.complete,
-        "duration_s": round(time.monotonic() - began, 3),
-    }
-    if evicted:
-        metrics.DEDUP_EVICTIONS.labels(table=spec.alias).inc(evicted)
-        log.warning(
-            "dedup cache rebuilt from the output topic, but the re-read window holds more ids "
-            "than dedup.max.entries: the oldest may be emitted once more (raise "
-            "dedup.max.entries)",
-            evicted=evicted,
-            max_entries=cache.max_entries,
-            **fields,
-        )
-    else:
+    return None
+
+
+def _incomplete(spec: TableSpec, result: TailResult, max_entries: int) -> TableFailedError:
+    # Exactly-once promises no second copy: a partial cache would break it silently.
+    return TableFailedError(
+        f"{spec.describe}: its dedup cache could not be rebuilt: the tail of output topic "
+        f"{spec.topic!r} holds more than {result.scanned} records to read back (the cap is "
+        f"{SCAN_PER_ENTRY} per dedup.max.entries, {max_entries}), so exactly.once could emit "
+        f"rows of the re-read window twice. Raise dedup.max.entries, or give the table a "
+        f"topic of its own"
+    )
+
+
+def _log_rebuilt(
+    spec: TableSpec,
+    cache: DedupCache,
+    evicted: int,
+    fields: dict[str, object],
+    log: structlog.typing.FilteringBoundLogger,
+) -> None:
+    if not evicted:
         log.info("dedup cache rebuilt from the output topic", **fields)
+        return
+    metrics.DEDUP_EVICTIONS.labels(table=spec.alias).inc(evicted)
+    log.warning(
+        "dedup cache rebuilt from the output topic, but the re-read window holds more ids "
+        "than dedup.max.entries: the oldest may be emitted once more (raise "
+        "dedup.max.entries)",
+        evicted=evicted,
+        max_entries=cache.max_entries,
+        **fields,
+    )
 
 
-def _beyond_cursor_is_emitted(result: TailResult, cursor: Position, written_ms: int | None) -> bool:
+def _beyond_cursor_is_emitted(
+    result: TailResult, cursor: Position, written_ms: int | None, *, sliced: bool = False
+) -> bool:
     """True when the committed offset was written by the daemon right after producing its own
-    row (so every record after the cursor is a crash's leftover, not a rewound range)."""
+    row (so every record after the cursor is a crash's leftover, not a rewound range).
+
+    A sliced backfill commits its prefix when an acknowledgement moves it, and that ack may be
+    of another range's page: then any record of the window produced just before the write
+    shows the daemon wrote it (an operator's change has no such record: the daemon was
+    stopped, and ``moved_back`` tells a rewind apart).
+    """
     if written_ms is None or not cursor.id:
         return False
     for record in result.records:
-        if record.id == cursor.id and record.ts == cursor.ts:
-            return 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS
+        if sliced or (record.id == cursor.id and record.ts == cursor.ts):
+            if 0 <= written_ms - record.produced_ms <= OWN_COMMIT_WITHIN_MS:
+                return True
+            if not sliced:
+                return False
     return False
 
 

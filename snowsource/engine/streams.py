@@ -32,17 +32,21 @@ from snowsource.core.cursor import Position
 from snowsource.core.deletes import (
     ACCESS_HINT,
     AUDIT_ID_HEADER,
+    AUDIT_TABLE,
     OPERATION_HEADER,
     cap_high_water,
+    superseded,
+    tombstone,
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
+from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import page_params
+from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
@@ -50,8 +54,9 @@ from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
-Headers = list[tuple[str, bytes]]
 UPSERT = (OPERATION_HEADER, b"upsert")
+# Ids per "which of these rows exist" request: a short URL however large the page.
+_IDS_PER_REQUEST = 100
 DELETE = (OPERATION_HEADER, b"delete")
 
 
@@ -95,19 +100,18 @@ class StreamHooks:
         self.spec = spec
         self.shaper = shaper
         # The partition is the one place that says which instance and table a record is from.
-        self.headers: Headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", spec.partition.table.encode()),
-            UPSERT,
-        ]
+        self.headers: Headers = [*source_headers(spec.partition), UPSERT]
         # A record's own headers after ``snow.timestamp`` and ``snow.phase``; None: none.
         self.record_headers: Callable[[Emit], Headers] | None = None
 
     async def start(self) -> None:
         """Called when a generation starts, before its first sweep."""
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Called for every non-empty page before its rows are shaped."""
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+        """Called for every non-empty page before its rows are shaped; the ids of rows not to
+        emit (their cursor still moves past them)."""
+        del rows
+        return frozenset()
 
     def cap(self, hi: str) -> str | None:
         """The high-water mark a sweep may read up to; None: do not sweep yet."""
@@ -192,10 +196,10 @@ class TableHooks(StreamHooks):
             self._looked_up.clear()
             await self._read_columns(())
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         typed = self._typed
         if typed is None:
-            return
+            return frozenset()
         typed.unparsed.clear()  # left by rows of the previous page that were suppressed
         unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
         if unknown:
@@ -203,6 +207,7 @@ class TableHooks(StreamHooks):
                 "unknown columns; reading the table's dictionary again", columns=sorted(unknown)
             )
             await self._read_columns(unknown)
+        return frozenset()
 
     async def _read_columns(self, seen: Iterable[str]) -> None:
         typed = self._typed
@@ -254,7 +259,13 @@ class DeleteHooks(StreamHooks):
     """A table's delete stream: tombstones on the table's topic, behind the table's sweeps."""
 
     def __init__(
-        self, spec: TableSpec, *, mark: SweepMark, client: PageSource | None = None
+        self,
+        spec: TableSpec,
+        *,
+        mark: SweepMark,
+        client: PageSource,
+        retry: RetryPolicy,
+        stop: asyncio.Event,
     ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
@@ -268,18 +279,19 @@ class DeleteHooks(StreamHooks):
         )
         super().__init__(spec, shaper)
         self._mark = mark
-        self.headers = [
-            ("snow.instance", spec.partition.instance.encode()),
-            ("snow.table", base.name.encode()),
-            DELETE,
-        ]
+        self._base = base
+        self._client = client
+        self._retry = retry
+        self._stop = stop
+        self._log = structlog.get_logger("snowsource.engine.streams").bind(
+            table=spec.alias, snow_table=AUDIT_TABLE
+        )
+        self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
 
     async def start(self) -> None:
         # The stream reads nothing until its table completed a sweep, which may take hours: a
         # missing read ACL on sys_audit_delete is asked about now, so it FAILs the stream now.
-        if self._client is None:
-            return
         spec = self.spec
         # A page of the stream's own shape, for the very first second it could read: the
         # refusal is the same, and the instance reads (almost) nothing.
@@ -293,6 +305,43 @@ class DeleteHooks(StreamHooks):
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
+
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+        """The audit rows whose deleted row exists again (``core.deletes.superseded``)."""
+        stones = [tombstone(row, self._base.name) for row in rows]
+        keys = sorted({stone.key for stone in stones})
+        current: set[str] = set()
+        for start in range(0, len(keys), _IDS_PER_REQUEST):
+            current |= await self._existing(keys[start : start + _IDS_PER_REQUEST])
+        skip = superseded(stones, current)
+        if skip:
+            self._log.info(
+                "deleted rows exist again (re-created with the same id): their tombstones are "
+                "left out, so the re-created row's upsert stays their last record",
+                documentkeys=sorted({s.key for s in stones if s.audit_id in skip}),
+            )
+        return skip
+
+    async def _existing(self, keys: list[str]) -> set[str]:
+        base = self._base
+        async for attempt in retrying(
+            self._retry,
+            self._stop,
+            retry_if=lambda exc: isinstance(exc, RetriableError),
+            on_retry=self._retrying,
+        ):
+            with attempt:
+                page = await self._client.get_page(base.name, current_rows_params(base, keys))
+        return {raw(row, base.id_field) for row in page.rows}
+
+    def _retrying(self, attempt: Attempt, delay: float) -> None:
+        metrics.RETRIES.labels(table=self.spec.alias).inc()
+        self._log.warning(
+            "asking the table whether deleted rows exist again failed; retrying",
+            error=str(attempt.error),
+            attempt=attempt.number + 1,
+            retry_in=round(delay, 2),
+        )
 
     def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.
@@ -319,7 +368,7 @@ class JournalHooks(StreamHooks):
         self._parents: dict[str, Headers] = {}
         self.record_headers = self._journal_headers
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> None:
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         # Shaped values are bytes; the page's rows are where element_id and element are read.
         self._parents = {
             raw(row, "sys_id"): [
@@ -328,6 +377,7 @@ class JournalHooks(StreamHooks):
             ]
             for row in rows
         }
+        return frozenset()
 
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])
@@ -363,7 +413,9 @@ def stream_hooks(
     hooks: dict[str, StreamHooks] = {}
     for spec in specs:
         if spec.base is not None and spec.stream == "deletes":
-            hooks[spec.alias] = DeleteHooks(spec, mark=marks[spec.base.alias], client=client)
+            hooks[spec.alias] = DeleteHooks(
+                spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
+            )
         elif spec.base is not None and spec.stream == "reconcile":
             hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
         elif spec.stream == "journal":

@@ -36,10 +36,10 @@ from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from snowsource.adapters.kafka import KafkaConnection, is_retriable
 from snowsource.adapters.membership import describe_members
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.page import PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
@@ -61,8 +61,11 @@ from snowsource.runtime.retrying import StoppedError, retrying
 log = structlog.get_logger("snowsource.engine.txn_delivery")
 
 #: How long an abort may take before the producer is discarded instead (a fresh producer's
-#: start aborts the transaction on the broker anyway).
+#: start aborts the transaction on the broker anyway); once stop is requested, no longer than
+#: what is left of its deadline.
 ABORT_SECONDS = 5.0
+#: How long a fenced table may spend naming the other members for its diagnostic (as above).
+DESCRIBE_SECONDS = 5.0
 #: A transaction is aborted by us this long before the broker would time it out, so the
 #: broker's own timeout (which bumps the epoch and looks like fencing) never happens first.
 TIMEOUT_MARGIN_SECONDS = 10.0
@@ -155,6 +158,9 @@ class TransactionalDelivery:
         self._lock = asyncio.Lock()
         self._in_kafka: SourceOffset | None = None  # the last offset a transaction committed
         self._fenced: TableFencedError | None = None
+        # A transaction outlived transaction.timeout.ms (the process stood still): whether a
+        # newer owner fenced it cannot be told from the broker's answer, see _confirm_owner.
+        self._stalled = False
         self._bound = max(producer.transaction_timeout - TIMEOUT_MARGIN_SECONDS, 1.0)
         self._log = log.bind(table=spec.alias, transactional_id=producer.transactional_id)
 
@@ -189,6 +195,8 @@ class TransactionalDelivery:
         offsets topic: only now can nobody else move this table's offset."""
         if self._fenced is not None:
             raise self._fenced
+        if self._stalled:
+            await self._confirm_owner()
         try:
             async for attempt in retrying(
                 self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._warn
@@ -221,8 +229,18 @@ class TransactionalDelivery:
         Nothing of a failed transaction is acknowledged (``acked == 0``); the failure names
         the record that caused it, or the first one when the transaction itself failed.
         """
+        if self._stop.revoked():
+            return None  # group mode, after a stall: the table's new owner fenced this one
         transaction = asyncio.ensure_future(self._page_transaction(plan))
-        if not await self._stop.finish(transaction):
+        try:
+            finished = await self._stop.finish(transaction)
+        except asyncio.CancelledError:
+            # A sibling slice failed and the table's task group cancels this one: the
+            # transaction must not outlive it with nobody to read how it ended.
+            transaction.cancel()
+            await asyncio.gather(transaction, return_exceptions=True)
+            raise
+        if not finished:
             # Stopping and out of time: the producer's close aborts what is still open.
             transaction.cancel()
             await asyncio.gather(transaction, return_exceptions=True)
@@ -252,14 +270,17 @@ class TransactionalDelivery:
     # ---------------------------------------------------------------- transactions
 
     async def _page_transaction(self, plan: PagePlan) -> PageAck | None:
-        offset = plan.emits[-1].offset
-        value = encode_value(offset)
-        assert value is not None
         async with self._lock:
+            # Asked only now, when the transactions before this one are committed.
+            offset = plan.commit_offset() if plan.commit_offset else plan.emits[-1].offset
+            value = encode_value(offset) if offset is not None else None
             if self._fenced is not None:
                 raise self._fenced
             try:
                 async with asyncio.timeout(self._bound):
+                    # A failed ``stream`` rewrite discarded the producer and this page came
+                    # before its retry: start the replacement here too, as the retry would.
+                    await self._reopen()
                     await self._producer.begin()
                     ack = await self._pages.deliver_page(plan)
                     if ack is None:  # stopping, out of time: the next start replaces it
@@ -268,7 +289,8 @@ class TransactionalDelivery:
                     if ack.failure is not None:
                         await self._failed(ack.failure.error)
                         return PageAck(records=ack.records, acked=0, failure=ack.failure)
-                    await (await self._producer.send_offset(self._key, value))
+                    if value is not None:
+                        await (await self._producer.send_offset(self._key, value))
                     await self._producer.commit()
             except (KafkaError, TimeoutError, OSError) as exc:
                 await self._failed(exc)
@@ -277,7 +299,8 @@ class TransactionalDelivery:
                     acked=0,
                     failure=RecordFailure(0, self._aborted(exc), fatal=False),
                 )
-            self._committed(offset, value)
+            if offset is not None and value is not None:
+                self._committed(offset, value)
             return ack
 
     async def _offset_transaction(self, offset: SourceOffset, limit: Deadline) -> None:
@@ -285,7 +308,7 @@ class TransactionalDelivery:
         assert value is not None
         try:
             async with limit.limit(self._bound):
-                await self._producer.open()
+                await self._reopen()
                 await self._producer.begin()
                 await (await self._producer.send_offset(self._key, value))
                 await self._producer.commit()
@@ -294,6 +317,36 @@ class TransactionalDelivery:
             raise self._aborted(exc) from exc
         self._committed(offset, value)
 
+    async def _reopen(self) -> None:
+        """Start a producer again if a failure discarded it; after a stall, only once no other
+        process may own the table (its start would fence that owner)."""
+        if self._stalled:
+            await self._confirm_owner()
+        await self._producer.open()
+
+    async def _confirm_owner(self) -> None:
+        """After a transaction outlived ``transaction.timeout.ms``, fence again only when no
+        other process of the connector runs.
+
+        The broker bumps the epoch of a transaction it timed out, so a newer owner's fence and
+        the broker's timeout give the same answer, and the age rule of :meth:`_failed` cannot
+        tell them apart for a process that stood still (SIGSTOP, a paused VM) past the timeout.
+        Starting a producer now would fence whoever took the table over meanwhile.
+        """
+        others = await self._describe_others()
+        if not others:
+            self._stalled = False  # nobody else can own it: the broker only timed us out
+            return
+        self._fenced = TableFencedError(
+            f"{self._spec.describe}: this process stood still for longer than "
+            f"transaction.timeout.ms inside a transaction of transactional.id "
+            f"{self._producer.transactional_id!r} while other process(es) of the connector "
+            f"ran ({', '.join(others)}); one of them may own the table now, so this process "
+            f"stops the table instead of fencing it. Restart this table or this process"
+        )
+        self._log.error("table stopped after a stall: it may be owned elsewhere", others=others)
+        raise self._fenced
+
     def _committed(self, offset: SourceOffset, value: bytes) -> None:
         self._in_kafka = offset
         self._store.written_elsewhere(self._key, value)
@@ -301,8 +354,10 @@ class TransactionalDelivery:
     async def _failed(self, error: BaseException) -> None:
         """Abort; a fence or a refusal of the transactional id fails the table instead."""
         # A transaction the broker timed out bumps the epoch too: only a young one was fenced.
-        fenced = is_fenced(error) and self._producer.age() < self._producer.transaction_timeout
-        await self._producer.abort(ABORT_SECONDS)
+        stalled = self._producer.age() >= self._producer.transaction_timeout
+        fenced = is_fenced(error) and not stalled
+        self._stalled = self._stalled or stalled
+        await self._producer.abort(self._stop.deadline.remaining(ABORT_SECONDS))
         if fenced:
             raise await self._fence(error)
         if isinstance(error, TransactionalIdAuthorizationFailed):
@@ -344,7 +399,7 @@ class TransactionalDelivery:
         if self._others is None:
             return []
         try:
-            async with asyncio.timeout(5):
+            async with self._stop.deadline.limit(DESCRIBE_SECONDS):
                 return await self._others()
         except Exception as exc:  # noqa: BLE001 - the fence is reported either way
             self._log.warning("could not describe the consumer group", error=repr(exc))
@@ -455,7 +510,10 @@ def transactional_producer(
 
 
 def other_members(conn: KafkaConnection, connector: str) -> OthersDescriber:
-    """Describes the connector's live processes other than this one (group membership)."""
+    """Describes the connector's live processes other than this one (group membership).
+
+    All of them, whatever their task id: a process whose ``tasks.max`` differs may own this
+    process's tables under another task id (the misconfiguration a fence reports)."""
     me = (socket.gethostname(), os.getpid())
 
     async def describe() -> list[str]:

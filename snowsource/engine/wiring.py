@@ -1,29 +1,46 @@
 """From configuration to the objects the engine runs: Kafka connection, ServiceNow credentials,
-table specs and which tables this task owns. Shared by the daemon, REST, ``check`` and the
-offsets script, so they all see a table the same way."""
+table specs, which tables this task owns, and every adapter the daemon runs (``Adapters``).
+Shared by the daemon, REST, ``check`` and the offsets script, so they all see a table the same
+way."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from snowsource.adapters.kafka import KafkaConnection
+import structlog
+from aiokafka.errors import KafkaError
+
+from snowsource.adapters.kafka import KafkaConnection, admin_client, wait_for_kafka
+from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
+from snowsource.adapters.membership import GroupMembership
+from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
-from snowsource.config.settings import AuthType, Settings, TableConfig, TasksAssignment
+from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.adapters.topic_keys import TopicKeys
+from snowsource.adapters.topic_tail import TopicTail
+from snowsource.config.fields import AuthType, TasksAssignment
+from snowsource.config.models import Backoff, Settings, TableConfig
 from snowsource.core.assignment import assign
+from snowsource.core.clock import InstanceClock
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.journal import journal_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
 from snowsource.core.reconcile import reconcile_spec
-from snowsource.core.retry import RetryPolicy
+from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine.topic_watch import TopicWatch
 from snowsource.engine.txn_delivery import (
     Deliveries,
     OffsetsTopic,
     other_members,
     transactional_producer,
 )
+from snowsource.observability import metrics
+
+log = structlog.get_logger("snowsource.engine.wiring")
 
 
 def secret_value(value: Any) -> str | None:
@@ -96,6 +113,22 @@ def snow_client(
     )
 
 
+def snow_retry(settings: Settings) -> RetryPolicy:
+    """How ServiceNow requests are retried (``snow.http.retry.*``)."""
+    http = settings.snow.http
+    return RetryPolicy(http.retry_initial_backoff_ms / 1000, http.retry_max_backoff_ms / 1000)
+
+
+def kafka_retries(settings: Settings) -> KafkaRetries:
+    """How retriable Kafka errors are retried, per kind of work (``kafka.retry.*``)."""
+    retry = settings.kafka.retry
+
+    def policy(backoff: Backoff) -> RetryPolicy:
+        return RetryPolicy(backoff.initial_backoff_ms / 1000, backoff.max_backoff_ms / 1000)
+
+    return KafkaRetries(policy(retry.offsets), policy(retry.transactions), policy(retry.tail))
+
+
 def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
     """Resolve one table's configuration into what its poller needs."""
     common: dict[str, Any] = {
@@ -131,6 +164,8 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         reconcile=table.deletes.reconcile,
         reconcile_interval_seconds=float(table.reconcile_interval_seconds),
         journal=table.journal,
+        backfill_slices=table.backfill_slices,
+        backfill_max_ahead_rows=table.backfill_max_ahead_rows,
     )
 
 
@@ -156,13 +191,20 @@ def owned_specs(settings: Settings) -> list[TableSpec]:
     them this process polls."""
     if settings.tasks_assignment == TasksAssignment.GROUP:
         return connector_specs(settings)
+    owners = table_owners(settings)
+    return [spec for spec in connector_specs(settings) if owners[spec.alias] == settings.task_id]
+
+
+def table_owners(settings: Settings) -> dict[str, int]:
+    """The task that owns each stream with ``tasks.assignment: static`` (SPEC §10), by alias:
+    every configured table, and beside each its delete stream (``<alias>.deletes``), which
+    always runs in its table's task. The one place that says who owns what."""
     owners = assign(list(settings.tables), settings.tasks_max)
-    return [
-        spec
+    return {
+        spec.alias: owners[alias]
         for alias, table in settings.tables.items()
-        if owners[alias] == settings.task_id
         for spec in stream_specs(settings, alias, table)
-    ]
+    }
 
 
 def connector_specs(settings: Settings) -> list[TableSpec]:
@@ -191,3 +233,123 @@ def table_deliveries(
         compression_type=str(k.compression_type),
     )
     return Deliveries(make, store=store, retry=retry, others=other_members(conn, settings.name))
+
+
+def offsets_reader(settings: Settings) -> OffsetStore:
+    """A reader of the connector's offsets of its own, apart from the daemon's store (REST's
+    GET offsets reads the topic as it is now, like Connect's); it never creates the topic."""
+    return OffsetStore(
+        kafka_connection(settings, client_id="snowsource-rest"),
+        topic=settings.offset_storage_topic,
+        connector=settings.name,
+        create=False,
+    )
+
+
+class Adapters:
+    """Builds every adapter the daemon runs, from its configuration: the one place that does.
+
+    ``Daemon`` takes one (by default built from its settings) and only orchestrates what it
+    builds; a test that needs a different part (a slower link to Kafka) passes a subclass.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.conn = kafka_connection(settings)
+
+    async def wait_for_kafka(self) -> None:
+        """Return once a broker answers, or raise after ``kafka.startup.timeout.seconds``."""
+        await wait_for_kafka(self.conn, self.settings.kafka.startup_timeout_seconds)
+
+    def snow_client(self, clock: InstanceClock) -> ServiceNowClient:
+        """The ServiceNow client, feeding the instance clock and the HTTP metrics."""
+        return snow_client(
+            self.settings, on_date=clock.observe_date_header, on_response=_observe_response
+        )
+
+    def record_sink(self) -> RecordSink:
+        """The shared idempotent producer."""
+        k = self.settings.kafka
+        return RecordSink(
+            self.conn,
+            linger_ms=k.linger_ms,
+            max_request_size=k.max_request_size,
+            compression_type=str(k.compression_type),
+        )
+
+    def offset_store(self, output_topics: list[str], *, allow_full_replay: bool) -> OffsetStore:
+        """The daemon's offsets store (``output_topics``: whose records mean offsets were lost)."""
+        s = self.settings
+        return OffsetStore(
+            self.conn,
+            topic=s.offset_storage_topic,
+            connector=s.name,
+            partitions=s.offset_storage_partitions,
+            replication_factor=s.offset_storage_replication_factor,
+            output_topics=output_topics,
+            allow_full_replay=allow_full_replay,
+        )
+
+    def topic_watch(self, topics: list[str]) -> TopicWatch:
+        """Watches the output topics for deletion while the tables run."""
+        return TopicWatch(self.conn, topics)
+
+    def topic_tail(self) -> TopicTail:
+        """Reads a table's output topic back at a restart (the dedup rebuild)."""
+        return TopicTail(self.conn)
+
+    def topic_keys(self) -> TopicKeys:
+        """Reads the keys live in a table's output topic (a key sweep)."""
+        return TopicKeys(self.conn)
+
+    def kafka_probe(self, sink: Callable[[], RecordSink | None]) -> KafkaProbe:
+        """Asks the producer's own client whether a broker answers (readiness)."""
+
+        def broker() -> BrokerClient | None:
+            current = sink()
+            return current.broker_client if current is not None else None
+
+        return KafkaProbe(broker)
+
+    def deliveries(self, store: OffsetsTopic, retry: RetryPolicy) -> Deliveries:
+        """How each stream's pages reach Kafka (see :func:`table_deliveries`)."""
+        return table_deliveries(self.settings, self.conn, store, retry)
+
+    async def ensure_topics(self, topics: list[str]) -> dict[str, str]:
+        """Create the missing output topics when allowed; topic -> why it is unusable."""
+        s = self.settings
+        return await ensure_topics(
+            self.conn,
+            topics,
+            create=s.topic_creation_enable,
+            partitions=s.topic_creation_partitions,
+            replication_factor=s.topic_creation_replication_factor,
+            configs=s.topic_creation_configs,
+        )
+
+    async def cluster_id(self) -> str | None:
+        """The Kafka cluster id; None when Kafka does not answer within 10 s."""
+        try:
+            async with asyncio.timeout(10), admin_client(self.conn) as admin:
+                cluster = await admin.describe_cluster()
+        except (KafkaError, OSError, TimeoutError) as exc:  # GET / answers without Kafka
+            log.warning("could not read the Kafka cluster id", error=repr(exc))
+            return None
+        found = cluster.get("cluster_id")
+        return str(found) if found else None
+
+    def static_membership(self, on_fenced: Callable[[str], None]) -> GroupMembership:
+        """``tasks.assignment: static``: the membership that fences a second ``task.id``."""
+        s = self.settings
+        return GroupMembership(
+            self.conn,
+            connector=s.name,
+            task_id=s.task_id,
+            topic=s.offset_storage_topic,
+            on_fenced=on_fenced,
+        )
+
+
+def _observe_response(table: str, status: int, seconds: float) -> None:
+    metrics.HTTP_REQUESTS.labels(table=table, status=str(status)).inc()
+    metrics.HTTP_LATENCY.labels(table=table).observe(seconds)

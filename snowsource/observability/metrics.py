@@ -100,6 +100,29 @@ RECONCILE_MISSING = Gauge(
     ["table", "side"],
     registry=REGISTRY,
 )
+OFFSET_COMMIT_SECONDS = Histogram(
+    "snowsource_offset_commit_seconds",
+    "Offset-topic write latency, from send to Kafka's acknowledgement",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+READY = Gauge(
+    "snowsource_ready",
+    "1 when GET /health/ready would answer 200, 0 otherwise; evaluated at each scrape",
+    registry=REGISTRY,
+)
+BACKFILL_SLICES_ACTIVE = Gauge(
+    "snowsource_backfill_slices_active",
+    "Slices of the table's parallel backfill reading a range now (0 outside a sliced backfill)",
+    ["table"],
+    registry=REGISTRY,
+)
+BACKFILL_ROWS_AHEAD = Gauge(
+    "snowsource_backfill_rows_ahead",
+    "Rows the backfill's slices read past the committed prefix (bounded by max.ahead.rows)",
+    ["table"],
+    registry=REGISTRY,
+)
 SNOW_CONCURRENCY_LIMIT = Gauge(
     "snowsource_servicenow_concurrency_limit",
     "Requests the process may have in flight to ServiceNow now (AIMD, at most "
@@ -150,6 +173,10 @@ ALL_METRIC_NAMES = (
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
     "snowsource_reconcile_missing_keys",
+    "snowsource_offset_commit_seconds",
+    "snowsource_ready",
+    "snowsource_backfill_slices_active",
+    "snowsource_backfill_rows_ahead",
     "snowsource_servicenow_concurrency_limit",
     "snowsource_servicenow_sessions_open",
     "snowsource_servicenow_requests_in_flight",

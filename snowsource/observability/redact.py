@@ -138,11 +138,3 @@ def redact_value(value: object) -> object:
     if isinstance(value, BaseException):
         return redact(f"{type(value).__name__}: {value}")
     return value
-
-
-def _forget_all() -> None:
-    """Tests only: start from an empty registry."""
-    with _lock:
-        _static.clear()
-        _transient.clear()
-        _rebuild()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -67,11 +67,17 @@ class StopSignal:
 
     Sleepers wait on ``event`` and wake at once; work that must still finish after the request
     (acks, final offset writes) gets ``deadline``'s remaining time, then is abandoned.
+
+    ``lease`` (group mode) says why the work may no longer go on, or None while it may: a
+    member that stood still past its group session may have lost its tables to another member
+    before any of its tasks could notice. :meth:`revoked` asks it synchronously.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lease: Callable[[], str | None] | None = None) -> None:
         self.event = asyncio.Event()
         self._deadline: Deadline | None = None
+        self._lease = lease
+        self.revoked_because: str | None = None
 
     def request(self, deadline: Deadline) -> None:
         """Ask to stop within ``deadline``; a second request keeps the first deadline."""
@@ -82,6 +88,16 @@ class StopSignal:
     def is_set(self) -> bool:
         """True once stop was requested."""
         return self.event.is_set()
+
+    def revoked(self) -> bool:
+        """True once the lease is gone: then stop is requested with no time left, so nothing
+        more is sent, acknowledged or committed by this work."""
+        if self.revoked_because is None and self._lease is not None:
+            self.revoked_because = self._lease()
+            if self.revoked_because is not None:
+                self._deadline = Deadline.after(0)
+                self.event.set()
+        return self.revoked_because is not None
 
     @property
     def deadline(self) -> Deadline:

@@ -76,12 +76,18 @@ class retrying:  # noqa: N801 - reads as the loop it drives: ``async for ... in 
         *,
         retry_if: Callable[[BaseException], bool] = lambda exc: True,
         on_retry: OnRetry | None = None,
+        progress: Callable[[], object] | None = None,
     ) -> None:
+        """``progress`` (optional) tells whether an attempt got anywhere before it failed: when
+        its value changed during the attempt, the run of failures starts over, with the
+        policy's first delay (a table that emitted rows before a produce failure)."""
         self._policy = policy
         self._stop = stop if stop is not None else asyncio.Event()
         self._deadline = deadline if deadline is not None else Deadline.never()
         self._retry_if = retry_if
         self._on_retry = on_retry
+        self._progress = progress
+        self._progress_seen: object = None
         self._last: Attempt | None = None
 
     def __aiter__(self) -> Self:
@@ -95,9 +101,13 @@ class retrying:  # noqa: N801 - reads as the loop it drives: ``async for ... in 
             if last.error is None:
                 # The body of ``with attempt`` was skipped or left by ``break``/``continue``.
                 raise StopAsyncIteration
+            if self._progress is not None and self._progress() != self._progress_seen:
+                last.number = 0
             await self._wait(last)
         elif self._stop.is_set():
             raise StoppedError("stop requested")
+        if self._progress is not None:
+            self._progress_seen = self._progress()
         number = 0 if last is None else last.number + 1
         self._last = Attempt(number, self._retry_if)
         return self._last

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from snowsource.emulator import Emulator
+from snowsource.emulator.faults import window_start
 from tests.emulator.conftest import AUTH, Client, get_json, table
 
 LIST = "/api/now/table/incident"
@@ -94,6 +95,34 @@ async def test_slow_response(emulator: Emulator, emulator_client: Client) -> Non
     started = time.monotonic()
     await table(emulator_client, "incident")
     assert time.monotonic() - started < 0.3
+
+
+async def test_a_window_fault_matches_only_pages_starting_in_its_time_range(
+    emulator: Emulator, emulator_client: Client
+) -> None:
+    fault = emulator.faults.add(
+        kind="slow", delay=0.01, times=2, window=("2026-01-02 00:00:00", "2026-01-03 00:00:00")
+    )
+    before = "sys_updated_on>=2026-01-01 00:00:00^sys_updated_on<=2026-01-01 23:59:59"
+    inside = (
+        "sys_updated_on>2026-01-02 10:00:00^sys_updated_on<=2026-01-02 23:59:59^NQ"
+        "sys_updated_on=2026-01-02 10:00:00^sys_id>abc^sys_updated_on<=2026-01-02 23:59:59"
+    )
+    at_end = "active=true^sys_updated_on>=2026-01-03 00:00:00^ORDERBYsys_updated_on"
+    for query in (before, at_end, ""):
+        await table(emulator_client, "incident", sysparm_query=query)
+    assert fault.times == 2, "pages outside the window are not delayed"
+    await table(emulator_client, "incident", sysparm_query=inside)
+    assert fault.times == 1
+
+
+def test_window_start_reads_the_lower_bound_of_a_keyset_query() -> None:
+    assert window_start("a=b^ts>=2026-01-01 00:00:05^ts<=2026-01-02 00:00:00") == (
+        "2026-01-01 00:00:05"
+    )
+    assert window_start("ts>2026-01-01 00:00:05^ts<=x") == "2026-01-01 00:00:05"
+    assert window_start("ts<=2026-01-01 00:00:05") is None
+    assert window_start("") is None
 
 
 async def test_slow_response_trips_a_client_timeout(emulator: Emulator, emulator_url: str) -> None:

@@ -166,6 +166,19 @@ async def test_an_expired_session_is_replaced_with_a_new_jsessionid(
     assert emulator.instance.sessions_opened == 2
 
 
+async def test_a_session_unused_past_the_timeout_is_gone(emulator: Emulator, served: str) -> None:
+    emulator.instance.configure(nodes=1, session_timeout=0.0)
+    async with jar_session() as http:
+        _, _, first = await get(http, served + PAGE)
+        _, _, second = await get(http, served + PAGE)
+    assert second[SESSION_COOKIE] != first[SESSION_COOKIE]
+    emulator.instance.configure(nodes=1)  # the default: 30 minutes
+    async with jar_session() as http:
+        await get(http, served + PAGE)
+        _, _, kept = await get(http, served + PAGE)
+    assert kept == {}
+
+
 async def test_statistics_measure_served_time_and_reset(emulator: Emulator, served: str) -> None:
     emulator.instance.configure(nodes=2)
     emulator.latency_ms = 20
@@ -176,10 +189,12 @@ async def test_statistics_measure_served_time_and_reset(emulator: Emulator, serv
         assert stats["served_seconds"] >= 0.04  # type: ignore[operator]
         assert stats["window_seconds"] > 0  # type: ignore[operator]
         async with a.delete(f"{served}/emulator/statistics") as resp:
-            reset = await resp.json()
-    assert reset["served"] == 0
-    assert reset["sessions_opened"] == 0
-    assert reset["sessions_live"] == 2  # resetting counts keeps the sessions
+            until_reset = await resp.json()
+        after = await statistics(a, served)
+    assert until_reset["served"] == 2  # the DELETE answers what was counted up to it
+    assert until_reset["sessions_opened"] == 2
+    assert (after["served"], after["sessions_opened"]) == (0, 0)
+    assert after["sessions_live"] == 2  # resetting counts keeps the sessions
 
 
 def test_configure_refuses_impossible_settings(emulator: Emulator) -> None:
@@ -196,3 +211,20 @@ async def _until(condition: object, timeout: float = 5.0) -> None:
     while not condition():
         assert loop.time() < end, "condition never held"
         await asyncio.sleep(0.005)
+
+
+async def test_a_reset_mid_request_counts_only_the_time_after_it(
+    emulator: Emulator, served: str
+) -> None:
+    emulator.instance.configure(nodes=1)
+    emulator.faults.add(kind="slow", delay=0.6)
+    async with jar_session() as http:
+        slow = asyncio.create_task(get(http, served + PAGE))
+        await _until(lambda: emulator.instance.in_flight == 1)
+        emulator.instance.reset_statistics()
+        assert emulator.instance.statistics()["in_flight"] == 1
+        await slow
+    stats = emulator.instance.statistics()
+    assert stats["in_flight"] == 0
+    assert stats["served"] == 1
+    assert 0 < stats["served_seconds"] <= stats["window_seconds"] + 1e-6  # type: ignore[operator]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from datetime import timedelta
 
 import aiohttp
@@ -13,13 +10,7 @@ import pytest
 from snowsource.emulator import Emulator, serve
 from snowsource.emulator.clock import stamp
 from tests.emulator.conftest import AUTH, FIXED_NOW
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
+from tests.polling import poll_until
 
 
 def _snapshot(emu: Emulator, table: str) -> list[list[tuple[str, str]]]:
@@ -76,7 +67,7 @@ async def test_activity_runs_with_the_server_and_stops_with_it() -> None:
             )
             return inserted and updated
 
-        await _until(changed)
+        await poll_until(changed)
         newest = max(r["sys_updated_on"] for r in emu.rows("incident"))
         assert newest >= stamp(FIXED_NOW)
         async with (

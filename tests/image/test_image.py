@@ -31,8 +31,9 @@ import yaml
 
 from tests.conftest import TopicFactory
 from tests.image.container import Engine, Mount
-from tests.integration.engine import poll_until, read_offsets, read_topic
+from tests.integration.engine import read_offsets, read_topic
 from tests.kafka_support import REPO, unique
+from tests.polling import poll_until
 
 IMAGE = os.environ.get("SNOWSOURCE_IMAGE", "")
 pytestmark = pytest.mark.skipif(
@@ -79,6 +80,12 @@ def _sys_ids(url: str, table: str, authorization: str) -> set[str]:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return {row["sys_id"] for row in json.load(response)["result"]}
+
+
+def _console_policy(url: str) -> str:
+    """GET one console asset (200 or an error); its Content-Security-Policy header."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.headers["Content-Security-Policy"])
 
 
 @pytest.fixture
@@ -297,6 +304,12 @@ async def test_check_and_run_in_the_image_deliver_rows_and_sigterm_exits_0(
             return done.returncode == 0
 
         await poll_until(lambda: asyncio.to_thread(healthy), timeout=60, interval=1)
+        # The console's files are package data: the image must carry them.
+        for asset in ("/console", "/console/console.js", "/console/console.css"):
+            policy = await asyncio.to_thread(
+                _console_policy, f"http://127.0.0.1:{rest_port}{asset}"
+            )
+            assert "default-src 'self'" in policy, asset
 
         started = time.monotonic()
         code = await asyncio.to_thread(running.stop, SHUTDOWN_SECONDS + 20)

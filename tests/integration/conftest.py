@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from snowsource.config.settings import Settings
+from snowsource.config.models import Settings
 from snowsource.emulator import Emulator, serve
 from tests.integration.engine import base_config, settings_from
 from tests.kafka_support import unique
@@ -52,9 +52,18 @@ class Env:
 async def env(kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[Env]:
     emu = Emulator(seed=11, now=T0)
     emu.clock.follow_wall_clock(True)
-    async with serve(emu) as url:
+    # Engine tests meet an instance: sessions by JSESSIONID, two nodes with their semaphores
+    # (SPEC §14.1), reached by a host name as users do (cookie jars treat IP addresses apart).
+    emu.instance.configure(nodes=2)
+    async with serve(emu) as served:
         name = unique("conn")
+        url = by_host_name(served)
         yield Env(emu, url, kafka_bootstrap, name, f"{name}-offsets", tmp_path)
+
+
+def by_host_name(url: str) -> str:
+    """``http://127.0.0.1:PORT`` as ``http://localhost:PORT`` (the emulator listens on both)."""
+    return url.replace("://127.0.0.1:", "://localhost:", 1)
 
 
 @pytest.fixture

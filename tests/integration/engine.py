@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +15,12 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from snowsource.cli.run import compose
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import parse_key
-from snowsource.engine.poller import TableStatus
+from snowsource.core.table_status import TableStatus
 from snowsource.engine.supervisor import Daemon
+from tests.polling import poll_until
 
 
 def write_config(path: Path, document: dict[str, Any]) -> Path:
@@ -64,22 +66,6 @@ def settings_from(tmp_path: Path, document: dict[str, Any]) -> Settings:
     """Load a document through the real loader (validation included)."""
     path = write_config(tmp_path / f"config-{time.monotonic_ns()}.yaml", document)
     return load_config(path, env={}).settings
-
-
-async def poll_until(
-    predicate: Callable[[], Awaitable[bool] | bool], *, timeout: float = 30, interval: float = 0.05
-) -> None:
-    """Wait until ``predicate`` holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 @contextlib.asynccontextmanager

@@ -11,18 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    keys_of,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-    status,
-)
+from tests.integration.engine import caught_up, keys_of, read_offsets, read_topic, running, status
+from tests.polling import poll_until
 
 
 def failed(daemon: Daemon, alias: str) -> Callable[[], bool]:

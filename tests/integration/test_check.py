@@ -15,7 +15,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from snowsource.cli.check import CheckResult, Status, display_offsets, exit_code, run_checks
-from snowsource.config.settings import LoadedConfig, load_config
+from snowsource.config.loader import LoadedConfig, load_config
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config
@@ -76,10 +76,16 @@ async def test_everything_passes_and_nothing_is_created(
         "table change_request readable",
         "table change_request cursor fields visible",
         "integration user's time zone",
+        "ServiceNow sessions",
     ]
     for name, result in results.items():
         if name != "integration user's time zone":
             assert result.status is Status.PASS, result
+    # The checks ran over the session pool; the emulator models an instance's sessions.
+    sessions = results["ServiceNow sessions"]
+    opened = seeded.emu.instance.statistics()["sessions_opened"]
+    assert sessions.detail.startswith(f"{opened} session(s) opened by the instance")
+    assert "concurrency limit 8 of 8" in sessions.detail
     offsets = results[f"offsets topic {seeded.offsets_topic!r} compacted or creatable"]
     assert "does not exist yet" in offsets.detail
     assert "20 row(s) match" in results["table incident readable"].detail
@@ -217,9 +223,10 @@ async def test_command_exits_0_with_one_line_per_check(seeded: Env) -> None:
     code, out, _err = await _cli(config)
     assert code == 0, out
     lines = [line for line in out.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")]
-    assert len(lines) == 10
+    assert len(lines) == 11
     assert lines[0].startswith("PASS  config valid")
-    assert lines[-1].startswith("WARN  integration user's time zone")
+    assert lines[-2].startswith("WARN  integration user's time zone")
+    assert lines[-1].startswith("PASS  ServiceNow sessions")
 
 
 async def test_command_exits_1_when_a_check_fails(seeded: Env) -> None:

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config
 
@@ -130,3 +130,19 @@ async def test_a_missing_offsets_topic_warns_when_output_topics_hold_records(
         "or accept one full replay: snowsource run --allow-full-replay",
     )
     assert exit_code(results) == 0
+
+
+async def test_deletes_on_a_parent_table_warn_that_child_class_deletes_are_missed(
+    seeded: Env,
+) -> None:
+    """Issue 23 item 8: an incident's delete is recorded under tablename=incident, so a delete
+    stream of ``task`` (whose topic holds the incident rows) never sees it."""
+    results = _by_name(await _check(seeded, {"task": {"name": "task", "deletes": "audit"}}))
+    line = results["table task deletes readable (sys_audit_delete)"]
+    assert line.status is Status.WARN, line
+    assert "incident" in line.detail
+    assert "not read" in line.detail
+    assert any("deletes: audit" in note for note in line.notes), line.notes
+    # A table without child classes stays a PASS.
+    plain = _by_name(await _check(seeded, INCIDENT))[DELETES]
+    assert plain.status is Status.PASS, plain

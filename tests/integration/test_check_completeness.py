@@ -16,9 +16,10 @@ import pytest
 from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
 from snowsource.config.loader import load_config
 from snowsource.core.deletes import ACCESS_HINT
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until, running, status, write_config
+from tests.integration.engine import running, status, write_config
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.kafka
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config
 

@@ -18,7 +18,8 @@ from snowsource.cli.check import run_checks
 from snowsource.config.loader import load_config
 from snowsource.emulator.journal import Request
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, running, write_config
+from tests.integration.engine import caught_up, running, write_config
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.kafka
 

@@ -16,10 +16,8 @@ from snowsource.cli.offsets import amain
 from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value, partition_for
 from tests.integration.conftest import Env
 from tests.integration.engine import write_config
+from tests.integration.processes import SNOWSOURCE
 from tests.integration.test_offsets_cli import configure, seed
-from tests.kafka_support import REPO
-
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 
 
 def _env() -> dict[str, str]:

@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, running, write_config
+from tests.integration.engine import caught_up, running, write_config
 from tests.kafka_support import REPO
+from tests.polling import poll_until
 
 SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 TABLES = {"incident": {"name": "incident"}, "change": {"name": "change_request"}}

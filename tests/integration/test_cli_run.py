@@ -14,10 +14,9 @@ from snowsource.core.errors import FencedError
 from snowsource.engine.supervisor import Daemon
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, write_config
-from tests.kafka_support import REPO
-
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
+from tests.integration.engine import caught_up, write_config
+from tests.integration.processes import SNOWSOURCE
+from tests.polling import poll_until
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

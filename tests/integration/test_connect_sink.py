@@ -10,11 +10,9 @@ payload would make the converter throw and the task FAIL.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from snowsource.core.connect_schema import envelope_bytes
+from snowsource.core.connect_schema import envelope
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
@@ -36,8 +34,9 @@ from snowsource.core.typed import convert_row
 from snowsource.emulator import Emulator, serve
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running
+from tests.integration.engine import caught_up, read_topic, running
 from tests.kafka_support import REPO, LocalConnect, unique
+from tests.polling import poll_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -90,17 +89,6 @@ def _struct_text(value: Any) -> str:
     raise AssertionError(f"no Java rendering for {value!r} in this test")
 
 
-async def _until(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 # incident: integers, booleans, dates, reference structs and a value that does not parse;
 # cmdb_ci_server: doubles (decimal and float columns) and a date-only column as well.
 @pytest.mark.parametrize("case", [("incident", "priority"), ("cmdb_ci_server", "ram")])
@@ -138,7 +126,9 @@ async def test_file_sink_reads_typed_envelopes(
     try:
         for row, value in zip(rows, typed, strict=True):
             await producer.send_and_wait(
-                topic, envelope_bytes(value, f"servicenow.{name}"), key=row["sys_id"].encode()
+                topic,
+                orjson.dumps(envelope(value, f"servicenow.{name}")),
+                key=row["sys_id"].encode(),
             )
     finally:
         await producer.stop()
@@ -163,7 +153,9 @@ async def test_file_sink_reads_typed_envelopes(
             found = out.read_text(encoding="utf-8").splitlines()
             return found if len(found) >= len(rows) else []
 
-        written = await _until(f"{len(rows)} lines in {out}", lines)
+        written = await poll_until(
+            lines, what=f"{len(rows)} lines in {out}", timeout=60, interval=0.2
+        )
         async with http.get(f"{connect_worker.url}/connectors/{connector}/status") as resp:
             status = await resp.json()
         assert status["connector"]["state"] == "RUNNING", status
@@ -219,7 +211,9 @@ async def test_file_sink_reads_what_the_daemon_produced_with_the_connect_envelop
             found = out.read_text(encoding="utf-8").splitlines()
             return found if len(found) >= len(records) else []
 
-        written = await _until(f"{len(records)} lines in {out}", lines)
+        written = await poll_until(
+            lines, what=f"{len(records)} lines in {out}", timeout=60, interval=0.2
+        )
         async with http.get(f"{connect_worker.url}/connectors/{connector}/status") as resp:
             status = await resp.json()
         assert status["connector"]["state"] == "RUNNING", status

@@ -18,7 +18,7 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
 from tests.integration.engine import read_offsets, read_topic
 from tests.kafka_support import REPO, unique
 
@@ -69,6 +69,10 @@ async def test_headless_demo_streams_every_table(
         emulator = re.search(r"on http://127\.0\.0\.1:(\d+)", output)
         assert emulator is not None
         assert f"emulator --port {emulator.group(1)} --tables" in output
+        # The console's URL, on the REST port the run's curl hint uses.
+        console = re.search(r"console: open (http://127\.0\.0\.1:\d+)/console ", output)
+        assert console is not None, output[:2000]
+        assert f"curl -s {console.group(1)}/connectors/" in output
         # Headless: a line per table on change and a summary every 10 s, not every table
         # every few seconds.
         stamped = [line for line in output.splitlines() if line.startswith("[")]

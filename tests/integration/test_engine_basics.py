@@ -5,14 +5,8 @@ from __future__ import annotations
 from snowsource.core.offsets_codec import partition_for
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    latest_by_key,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-)
+from tests.integration.engine import caught_up, latest_by_key, read_offsets, read_topic, running
+from tests.polling import poll_until
 
 
 async def test_backfill_streams_every_row_and_commits_stream_offset(env: Env) -> None:

@@ -8,11 +8,8 @@ of its key, and a cursor that survives restarts like any other.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import aiohttp
 import orjson
@@ -22,14 +19,14 @@ from snowsource.cli.offsets import amain
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import ACCESS_HINT, delete_partition
 from snowsource.core.offsets_codec import encode_key
-from snowsource.engine.poller import TableState
-from snowsource.engine.supervisor import ConnectorState, Daemon
+from snowsource.core.table_status import TableState
+from snowsource.engine.facade import ConnectorState
+from snowsource.engine.supervisor import Daemon
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
-    poll_until,
     read_offsets,
     read_topic,
     running,
@@ -38,9 +35,9 @@ from tests.integration.engine import (
     sweeps_after,
     write_config,
 )
-from tests.kafka_support import REPO
+from tests.integration.processes import start_run
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 INCIDENT = {"incident": {"name": "incident", "deletes": "audit"}}
 
 
@@ -189,7 +186,7 @@ async def test_sigterm_and_restart_re_emits_no_tombstone_of_the_overlap_window(e
     env.emu.clock.advance(3)
     _delete(env, rows[6:12])
     doomed = {r["sys_id"] for r in rows[:12]}
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     try:
 
         async def all_committed() -> bool:
@@ -227,19 +224,6 @@ async def test_sigterm_and_restart_re_emits_no_tombstone_of_the_overlap_window(e
     assert after[len(before) :] == []
 
 
-async def _start_subprocess(config: Path, log: Path) -> asyncio.subprocess.Process:
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            SNOWSOURCE,
-            "run",
-            "--config",
-            str(config),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-
 async def _committed_deletes(env: Env) -> dict[str, str] | None:
     return (await read_offsets(env.bootstrap, env.offsets_topic, env.name)).get("sys_audit_delete")
 
@@ -261,7 +245,7 @@ async def test_kill_9_keeps_the_delete_streams_cursor(env: Env) -> None:
     env.emu.clock.advance(10)
     _delete(env, rows[4:8])
     first = {r["sys_id"] for r in rows[:8]}
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     try:
 
         async def committed_all() -> bool:
@@ -278,7 +262,7 @@ async def test_kill_9_keeps_the_delete_streams_cursor(env: Env) -> None:
 
     env.emu.clock.advance(10)
     _delete(env, rows[8:12])
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     try:
 
         async def all_stones() -> bool:

@@ -12,7 +12,8 @@ from collections import Counter
 from snowsource.core.journal import journal_partition
 from snowsource.core.offsets_codec import encode_key
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running, status
+from tests.integration.engine import caught_up, read_topic, running, status
+from tests.polling import poll_until
 
 JOURNAL = {"incident": {"name": "incident", "journal": True}}
 

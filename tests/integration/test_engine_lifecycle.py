@@ -12,15 +12,19 @@ import pytest
 from aiohttp import ClientSession
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordSink
+from snowsource.adapters.sink import RecordSink
 from snowsource.cli.run import compose
 from snowsource.core.errors import SnowsourceError
-from snowsource.engine import supervisor
-from snowsource.engine.poller import Poller, TableState
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
+from snowsource.core.table_status import TableState
+from snowsource.engine import wiring
+from snowsource.engine.facade import ShuttingDownError
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running
+from tests.integration.engine import caught_up, read_topic, running
 from tests.integration.test_rest import base_url, call, rest_settings
+from tests.polling import poll_until
 
 
 @pytest.fixture
@@ -73,15 +77,16 @@ class SlowAckSink(RecordSink):
         return late
 
 
-async def test_at_most_one_page_of_records_per_table_is_unacknowledged(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("slices", [1, 3])
+async def test_at_most_one_page_of_records_per_slice_is_unacknowledged(
+    env: Env, monkeypatch: pytest.MonkeyPatch, slices: int
 ) -> None:
-    monkeypatch.setattr(supervisor, "RecordSink", CountingSink)
+    monkeypatch.setattr(wiring, "RecordSink", CountingSink)
     env.emu.seed(tables=("incident", "change_request"), rows=300)
     batch = 25
     settings = env.settings(
         {"incident": {"name": "incident"}, "change": {"name": "change_request"}},
-        **{"batch.size": batch},
+        **{"batch.size": batch, "backfill.slices": slices},
     )
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident", "change"), timeout=60)
@@ -89,8 +94,9 @@ async def test_at_most_one_page_of_records_per_table_is_unacknowledged(
         assert isinstance(sink, CountingSink)
         most = dict(sink.most)
     assert set(most) == {env.topic("incident"), env.topic("change")}
+    # One pager: one page; a sliced backfill produces a page per slice as they arrive.
     for topic, peak in most.items():
-        assert 0 < peak <= batch, f"{topic}: {peak} records unacknowledged at once"
+        assert 0 < peak <= batch * slices, f"{topic}: {peak} records unacknowledged at once"
     assert len(await read_topic(env.bootstrap, env.topic("incident"))) == 300
 
 
@@ -113,7 +119,7 @@ async def test_restart_racing_sigterm_starts_nothing_after_shutdown_began(
 ) -> None:
     # Late acks make every drain take a second, so the restart's own stop is still draining
     # when SIGTERM arrives: shutdown then waits for the supervisor and must win.
-    monkeypatch.setattr(supervisor, "RecordSink", SlowAckSink)
+    monkeypatch.setattr(wiring, "RecordSink", SlowAckSink)
     env.emu.seed(tables=("incident",), rows=400)
     settings = rest_settings(env, {"incident": {"name": "incident"}}, **{"batch.size": 20})
     daemon = compose(settings)
@@ -138,7 +144,7 @@ async def test_resume_racing_sigterm_starts_nothing_after_shutdown_began(
 ) -> None:
     # A PUT stop drains for a second (late acks); a PUT resume queues behind it, and SIGTERM
     # arrives meanwhile. Whatever order the locks hand out, the resume must start nothing.
-    monkeypatch.setattr(supervisor, "RecordSink", SlowAckSink)
+    monkeypatch.setattr(wiring, "RecordSink", SlowAckSink)
     env.emu.seed(tables=("incident",), rows=400)
     settings = rest_settings(env, {"incident": {"name": "incident"}}, **{"batch.size": 20})
     daemon = compose(settings)
@@ -173,7 +179,7 @@ async def test_every_action_is_refused_once_shutdown_began(env: Env, http: Clien
             for method, path in (("PUT", "resume"), ("POST", "restart"), ("PUT", "stop")):
                 status, body = await call(http, method, f"{url}/{path}")
                 assert (status, body["error_code"]) == (503, 503), (path, body)
-            with pytest.raises(supervisor.ShuttingDownError):
+            with pytest.raises(ShuttingDownError):
                 await daemon.start_pollers()
         finally:
             daemon._closing = False

@@ -16,24 +16,24 @@ import pytest
 from structlog.testing import capture_logs
 
 from snowsource.adapters.offset_store import OffsetStore
-from snowsource.config.settings import Settings
-from snowsource.core.assignment import tables_for_task
+from snowsource.config.models import Settings
+from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.emulator.clock import stamp
-from snowsource.engine.poller import TableState
-from snowsource.engine.supervisor import kafka_connection, table_spec
+from snowsource.engine.wiring import kafka_connection, table_spec
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
     committed_stream,
     keys_of,
-    poll_until,
     read_topic,
     running,
     status,
 )
+from tests.polling import poll_until
 
 Past = Callable[[float], datetime]
 Row = dict[str, str]
@@ -377,7 +377,8 @@ async def test_tasks_max_change_reassigns_tables_and_nothing_is_backfilled_again
     tables = {alias: {"name": alias} for alias in aliases}
     rows = {alias: spaced(env, alias, past, 3600, 3) for alias in aliases}
     split = [env.settings(tables, **{"tasks.max": 2, "task.id": task}) for task in (0, 1)]
-    owned = [set(tables_for_task(list(aliases), 2, task)) for task in (0, 1)]
+    owners = assign(list(aliases), 2)
+    owned = [{alias for alias, task in owners.items() if task == t} for t in (0, 1)]
     assert owned[0]
     assert owned[1]
 

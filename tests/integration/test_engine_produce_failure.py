@@ -9,18 +9,11 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.adapters.sink import RecordSink
-from snowsource.engine import supervisor as daemon_module
-from snowsource.engine.poller import TableState
+from snowsource.core.table_status import TableState
+from snowsource.engine import wiring
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    keys_of,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-    status,
-)
+from tests.integration.engine import caught_up, keys_of, read_offsets, read_topic, running, status
+from tests.polling import poll_until
 
 
 async def test_retriable_produce_failure_restarts_the_table_and_loses_nothing(
@@ -28,7 +21,7 @@ async def test_retriable_produce_failure_restarts_the_table_and_loses_nothing(
 ) -> None:
     # Records that cannot be delivered fail after 2 s instead of aiokafka's default 40 s.
     monkeypatch.setattr(
-        daemon_module, "RecordSink", functools.partial(RecordSink, request_timeout_ms=2000)
+        wiring, "RecordSink", functools.partial(RecordSink, request_timeout_ms=2000)
     )
     topic = env.topic("incident")
     base = env.emu.clock.now() - timedelta(hours=1)

@@ -29,13 +29,13 @@ from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
-    poll_until,
     read_topic,
     status,
     sweeps_after,
     write_config,
 )
 from tests.integration.engine import running as engine_running
+from tests.polling import poll_until
 
 PAGE = 10
 RECONCILE = {"name": "incident", "deletes": "reconcile", "reconcile.interval.seconds": 1}

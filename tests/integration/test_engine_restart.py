@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from collections import Counter
 from pathlib import Path
@@ -12,17 +11,10 @@ import pytest
 
 from snowsource.core.cursor import Position
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-    write_config,
-)
-from tests.kafka_support import REPO, LocalBroker, free_broker_port
-
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
+from tests.integration.engine import caught_up, read_offsets, read_topic, running, write_config
+from tests.integration.processes import start_run
+from tests.kafka_support import LocalBroker, free_broker_port
+from tests.polling import poll_until
 
 
 def _positions(rows: list[dict[str, str]]) -> list[Position]:
@@ -93,19 +85,6 @@ async def test_restart_after_every_page_of_a_backfill_loses_nothing(env: Env) ->
     assert offsets["incident"]["phase"] == "stream"
 
 
-async def _start_subprocess(config: Path, log: Path) -> asyncio.subprocess.Process:
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            SNOWSOURCE,
-            "run",
-            "--config",
-            str(config),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-
 async def _emitted(env: Env, alias: str) -> int:
     return len(await read_topic(env.bootstrap, env.topic(alias)))
 
@@ -120,7 +99,7 @@ async def test_kill_9_mid_backfill_then_restart_loses_no_row(env: Env) -> None:
         env.document({"incident": {"name": "incident"}}, **{"batch.size": 100}),
     )
     log = env.tmp_path / "kill9.log"
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     try:
         await poll_until(lambda: _emitted_at_least(env, 500), timeout=60, interval=0.1)
     finally:
@@ -135,7 +114,7 @@ async def test_kill_9_mid_backfill_then_restart_loses_no_row(env: Env) -> None:
     }
     assert committed["sys_id"] in emitted_keys
 
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     try:
         await poll_until(lambda: _committed_phase_is(env, "stream"), timeout=90, interval=0.2)
     finally:
@@ -160,21 +139,27 @@ async def test_sigterm_during_backfill_exits_0_with_offsets_committed(env: Env) 
     env.emu.latency_ms = 20
     config = write_config(
         env.tmp_path / "term.yaml",
-        env.document({"incident": {"name": "incident"}}, **{"batch.size": 100}),
+        env.document(
+            {"incident": {"name": "incident"}},
+            **{"batch.size": 100, "backfill.max.ahead.rows": 500},
+        ),
     )
     log = env.tmp_path / "term.log"
-    proc = await _start_subprocess(config, log)
+    proc = await start_run(config, log)
     await poll_until(lambda: _emitted_at_least(env, 300), timeout=60, interval=0.1)
     proc.send_signal(signal.SIGTERM)
     assert await proc.wait() == 0, log.read_text()[-3000:]
     records = await read_topic(env.bootstrap, env.topic("incident"))
     assert len(records) < 3000, "SIGTERM must land during the backfill"
     committed = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
-    # Everything acknowledged is committed: the offset is the last record that reached Kafka.
-    last = max(
-        Position(r.headers["snow.timestamp"].decode(), r.key.decode()) for r in records if r.key
-    )
-    assert (committed["timestamp"], committed["sys_id"]) == (last.ts, last.id)
+    # Everything up to the offset is in Kafka. Slices (the default, 4) also produced rows of
+    # later ranges, past the first range not known to be finished: never more than
+    # backfill.max.ahead.rows (500 here) plus one page per slice.
+    emitted = {r.key.decode() for r in records if r.key}
+    ordered = sorted(env.emu.rows("incident"), key=lambda r: (r["sys_updated_on"], r["sys_id"]))
+    at = [r["sys_id"] for r in ordered].index(committed["sys_id"])
+    assert all(r["sys_id"] in emitted for r in ordered[: at + 1])
+    assert len(emitted) - (at + 1) <= 500 + 4 * 100
     assert committed["phase"] == "backfill"
 
 

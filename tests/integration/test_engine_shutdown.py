@@ -4,7 +4,6 @@ even when Kafka is gone or the offsets topic cannot be written, and nothing star
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from pathlib import Path
@@ -13,25 +12,13 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until, read_offsets, read_topic, write_config
-from tests.kafka_support import REPO, LocalBroker, free_broker_port
+from tests.integration.engine import read_offsets, read_topic, write_config
+from tests.integration.processes import start_run
+from tests.kafka_support import LocalBroker, free_broker_port
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 TIMEOUT = 5  # shutdown.timeout.seconds of these tests
 SLACK = 2  # what SPEC-level promise allows beyond it: process exit, interpreter teardown
-
-
-async def _start(config: Path, log: Path) -> asyncio.subprocess.Process:
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            SNOWSOURCE,
-            "run",
-            "--config",
-            str(config),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
 
 
 def _tail(log: Path) -> str:
@@ -78,7 +65,7 @@ async def test_sigterm_with_kafka_down_exits_0_within_the_shutdown_timeout(
         env.bootstrap = broker.bootstrap
         env.emu.seed(tables=("incident",), rows=40)
         log = tmp_path / "down.log"
-        proc = await _start(_config(env, "down.yaml", broker.bootstrap), log)
+        proc = await start_run(_config(env, "down.yaml", broker.bootstrap), log)
         try:
             await poll_until(lambda: '"sweep"' in log.read_text(), timeout=90, interval=0.2)
             await asyncio.to_thread(broker.stop)
@@ -103,7 +90,7 @@ async def test_sigterm_with_the_offsets_write_failing_exits_0_within_the_shutdow
 ) -> None:
     env.emu.seed(tables=("incident",), rows=40)
     log = env.tmp_path / "offsets.log"
-    proc = await _start(_config(env, "offsets.yaml", env.bootstrap), log)
+    proc = await start_run(_config(env, "offsets.yaml", env.bootstrap), log)
     try:
         await poll_until(lambda: '"sweep"' in log.read_text(), timeout=60, interval=0.2)
         assert "incident" in await read_offsets(env.bootstrap, env.offsets_topic, env.name)

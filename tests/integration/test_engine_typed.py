@@ -16,7 +16,8 @@ from snowsource.core.typed import convert_row
 from snowsource.emulator.schema import Field
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import Record, caught_up, poll_until, read_topic, running
+from tests.integration.engine import Record, caught_up, read_topic, running
+from tests.polling import poll_until
 
 ISO_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

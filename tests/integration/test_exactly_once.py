@@ -15,21 +15,21 @@ from snowsource.adapters.kafka import KafkaConnection, admin_client, create_topi
 from snowsource.adapters.txn_producer import TransactionalProducer
 from snowsource.cli import check_txn
 from snowsource.cli.check import Status, exit_code, run_checks
-from snowsource.config.settings import load_config
+from snowsource.config.loader import load_config
+from snowsource.core.table_status import TableState
 from snowsource.core.txn_id import transactional_id
-from snowsource.engine.poller import TableState
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     caught_up,
     committed_stream,
-    poll_until,
     read_offsets,
     read_topic,
     running,
     status,
     write_config,
 )
+from tests.polling import poll_until
 
 
 async def _end_offsets(bootstrap: str, topic: str) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import random
 import signal
 from collections import Counter
@@ -25,8 +24,10 @@ import pytest
 from snowsource.core.assignment import assign
 from snowsource.emulator.journal import Request
 from tests.integration.conftest import Env
-from tests.integration.engine import Record, poll_until, read_topic, write_config
+from tests.integration.engine import Record, read_topic, write_config
+from tests.integration.processes import start_run
 from tests.kafka_support import REPO, LocalBroker, free_broker_port
+from tests.polling import poll_until
 
 SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 
@@ -47,16 +48,7 @@ class Process:
         self.starts += 1
         self.log = self.config.with_suffix(f".{self.starts}.log")
         self.logs.append(self.log)
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                SNOWSOURCE,
-                "run",
-                "--config",
-                str(self.config),
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+        self.proc = await start_run(self.config, self.log)
 
     @property
     def pid(self) -> int:

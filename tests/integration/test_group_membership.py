@@ -17,9 +17,9 @@ from snowsource.adapters.offset_store import OffsetStore
 from snowsource.core.group_plan import owner_among
 from tests.conftest import TopicFactory
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until
 from tests.integration.test_membership import _count, requests_sent  # noqa: F401 - fixture
 from tests.kafka_support import unique
+from tests.polling import poll_until
 
 ALIASES = [f"t{i}" for i in range(6)]
 

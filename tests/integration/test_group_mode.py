@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import signal
 import socket
 import time
@@ -27,10 +26,10 @@ import pytest
 
 from snowsource.core.group_plan import owner_among
 from tests.integration.conftest import Env
-from tests.integration.engine import latest_by_key, poll_until, read_topic, write_config
-from tests.kafka_support import REPO
+from tests.integration.engine import latest_by_key, read_topic, write_config
+from tests.integration.processes import SNOWSOURCE, start_run
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 ALIASES = [f"ends{digit}" for digit in range(1, 10)]
 SESSION_MS = 6000
 # The promise: within the session timeout plus 5 s. The dead member's last heartbeat can be up
@@ -148,16 +147,7 @@ class Group:
     async def start(self, name: str) -> Member:
         port = _free_port()
         log = self.env.tmp_path / f"{name}.log"
-        with log.open("ab") as out:
-            proc = await asyncio.create_subprocess_exec(
-                SNOWSOURCE,
-                "run",
-                "--config",
-                str(self.config(port)),
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+        proc = await start_run(self.config(port), log)
         member = Member(name, log, port, proc)
         self.members.append(member)
         return member

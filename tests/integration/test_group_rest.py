@@ -11,8 +11,9 @@ from aiohttp import ClientSession
 
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until, running
+from tests.integration.engine import running
 from tests.integration.test_rest import base_url, call, offset, rest_of, rest_settings, spec_of
+from tests.polling import poll_until
 
 ALIASES = [f"ends{digit}" for digit in range(1, 7)]
 

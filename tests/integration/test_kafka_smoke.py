@@ -8,7 +8,7 @@ from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import describe_topic_configs
 from tests.conftest import TopicFactory
-from tests.integration.engine import poll_until
+from tests.polling import poll_until
 
 
 async def test_compacted_topic_round_trip(

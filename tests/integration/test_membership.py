@@ -12,8 +12,8 @@ from aiokafka.client import AIOKafkaClient
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.membership import GroupMembership, describe_members
 from tests.conftest import TopicFactory
-from tests.integration.engine import poll_until
 from tests.kafka_support import unique
+from tests.polling import poll_until
 
 
 @pytest.fixture

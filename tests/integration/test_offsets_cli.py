@@ -20,7 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from snowsource.adapters.membership import describe_members
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.cli.offsets import amain
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import (
     SourceOffset,
     SourcePartition,
@@ -30,12 +31,13 @@ from snowsource.core.offsets_codec import (
     parse_key,
     partition_for,
 )
-from snowsource.engine.supervisor import kafka_connection
+from snowsource.engine.wiring import kafka_connection
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running, write_config
-from tests.kafka_support import REPO, unique
+from tests.integration.engine import caught_up, read_topic, running, write_config
+from tests.integration.processes import SNOWSOURCE
+from tests.kafka_support import unique
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 TABLES: dict[str, dict[str, Any]] = {
     "incident": {"name": "incident"},
     "change": {"name": "change_request"},

@@ -16,9 +16,10 @@ from aiohttp import ClientSession
 
 from snowsource.core.table import TableSpec
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_offsets, running
+from tests.integration.engine import caught_up, read_offsets, running
 from tests.integration.test_rest import base_url, call, http, rest_settings, stop
 from tests.offsets_shapes import valid_offset
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.kafka
 

@@ -17,9 +17,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from snowsource.cli.offsets import amain
 from snowsource.engine.wiring import table_spec
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running, write_config
+from tests.integration.engine import caught_up, read_topic, running, write_config
 from tests.integration.test_rest import base_url, call, http, rest_settings, stop
 from tests.offsets_shapes import malformed_shapes, valid_offset
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.kafka
 

@@ -16,17 +16,9 @@ from structlog.testing import capture_logs
 from snowsource.adapters.kafka import KafkaConnection
 from snowsource.adapters.offset_store import OffsetsTopicMissingError, OffsetStore
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    caught_up,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-    write_config,
-)
-from tests.kafka_support import REPO
-
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
+from tests.integration.engine import caught_up, read_offsets, read_topic, running, write_config
+from tests.integration.processes import SNOWSOURCE
+from tests.polling import poll_until
 
 
 def _run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:

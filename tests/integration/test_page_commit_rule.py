@@ -5,8 +5,8 @@ acknowledged prefix is known. Killing the daemon while a page's batches are unac
 leave no committed offset past a row that did not reach Kafka; a restart then delivers every row.
 
 On a local broker a page is acknowledged within milliseconds, so a kill would almost never find
-one in flight and a daemon that committed at hand-over would pass. The daemon's test hook
-``SNOWSOURCE_TEST_HANDOVER_DELAY_MS`` makes every page reach the producer seconds after the
+one in flight and a daemon that committed at hand-over would pass. The process runs through
+``tests/integration/slow_handover.py``, whose sink receives every page seconds after the
 poller handed it over; the emulator holds the request for the page after it, so the poller
 waits there with one page verifiably unacknowledged. The test kills it once the previous page's
 offset is committed, then checks the committed offset (read_committed) against the topic.
@@ -15,22 +15,20 @@ offset is committed, then checks the committed offset (read_committed) against t
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from snowsource.adapters.sink import HANDOVER_DELAY_ENV
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import parse_key
 from snowsource.emulator.journal import Request
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until, read_topic, write_config
-from tests.integration.test_engine_restart import SNOWSOURCE
+from tests.integration.engine import read_topic, write_config
+from tests.integration.processes import start_run
+from tests.polling import poll_until
 
 BATCH = 500
 #: Pages handed over before the kill: the last of them is the one in flight.
@@ -53,7 +51,9 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
         env.tmp_path / "kill9-page.yaml",
         env.document(
             {"incident": {"name": "incident"}},
-            **{"batch.size": BATCH, "topic.creation.partitions": 3},
+            # One pager: the page choreography below is the single page stream's (slices have
+            # their own kill -9 tests in test_slices_restarts.py).
+            **{"batch.size": BATCH, "topic.creation.partitions": 3, "backfill.slices": 1},
         ),
     )
     log = env.tmp_path / "kill9-page.log"
@@ -73,7 +73,7 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
             parked.set()
 
     env.emu.on_request(hold_the_page_after_the_one_in_flight)
-    process = await _start(config, log, {HANDOVER_DELAY_ENV: str(HANDOVER_DELAY_MS)})
+    process = await start_run(config, log, slow_handover_ms=HANDOVER_DELAY_MS)
     before_flight = rows[(PAGES_BEFORE_KILL - 1) * BATCH - 1]
     try:
         await asyncio.wait_for(parked.wait(), 120)
@@ -105,28 +105,13 @@ async def test_kill_9_with_a_page_unacknowledged_commits_nothing_past_an_unacked
 
     # The page in flight is lost with the process; the restart delivers it from the offset.
     env.emu.faults.clear()
-    process = await _start(config, log, {})
+    process = await start_run(config, log)
     try:
         await poll_until(lambda: _committed_stream(env), timeout=120, interval=0.2)
     finally:
         process.send_signal(signal.SIGTERM)
         assert await process.wait() == 0, log.read_text()[-3000:]
     assert await _keys_in_topic(env) == {r["sys_id"] for r in rows}
-
-
-async def _start(config: Path, log: Path, hooks: dict[str, str]) -> asyncio.subprocess.Process:
-    environment = {k: v for k, v in os.environ.items() if k != HANDOVER_DELAY_ENV}
-    environment.update(PYTHONUNBUFFERED="1", **hooks)
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            SNOWSOURCE,
-            "run",
-            "--config",
-            str(config),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env=environment,
-        )
 
 
 async def _keys_in_topic(env: Env) -> set[str]:

@@ -13,14 +13,14 @@ from aiohttp import ClientSession
 from structlog.testing import capture_logs
 
 from snowsource import __version__
-from snowsource.api.rest import (
+from snowsource.api.errors import (
     ALTERED_MESSAGE,
     MUST_BE_STOPPED_MESSAGE,
     NEED_OFFSETS_MESSAGE,
     RESET_MESSAGE,
-    RestServer,
 )
-from snowsource.config.settings import Settings
+from snowsource.api.server import RestServer
+from snowsource.config.models import Settings
 from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
@@ -28,14 +28,8 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.engine.wiring import table_spec
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import (
-    Record,
-    caught_up,
-    poll_until,
-    read_offsets,
-    read_topic,
-    running,
-)
+from tests.integration.engine import Record, caught_up, read_offsets, read_topic, running
+from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9c2b7e-not-a-real-secret"
@@ -101,6 +95,12 @@ def offset(spec: TableSpec, timestamp: str, sys_id: str = "", **changes: str) ->
 
 def cursor_order(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return sorted(rows, key=lambda r: (r["sys_updated_on"], r["sys_id"]))
+
+
+def in_cursor_order(records: list[Record]) -> list[Record]:
+    """Records sorted as the cursor reads their rows: a sliced backfill (and a replay of one)
+    produces its ranges side by side, so topic order is not cursor order."""
+    return sorted(records, key=lambda r: (r.headers.get("snow.timestamp", b""), r.key or b""))
 
 
 async def new_records(env: Env, alias: str, before: list[Record]) -> list[Record]:
@@ -172,6 +172,13 @@ async def test_get_shapes_metrics_health_and_state_changes(env: Env, http: Clien
         assert table["cursor"] == {"timestamp": last["sys_updated_on"], "sys_id": last["sys_id"]}
         assert table["last_error"] is None
         assert isinstance(table["lag_seconds"], float)
+        # The session pool (SPEC §14.1), as the instance-modelling emulator answered it.
+        pool = state["servicenow"]
+        assert (pool["max_concurrent_requests"], pool["requests_per_session"]) == (8, 1)
+        assert pool["concurrency_limit"] == 8
+        assert 1 <= pool["sessions_open"] <= 8
+        assert 1 <= pool["sessions_opened"] <= env.emu.instance.statistics()["sessions_opened"]
+        assert 0 <= pool["requests_in_flight"] <= 8
 
         status, expanded = await call(
             http, "GET", f"{root}/connectors?expand=status&expand=info&expand=bogus"
@@ -351,7 +358,7 @@ async def test_recipe_rewind_one_table(env: Env, http: ClientSession) -> None:
         await resume(http, daemon, "incident", "change_request")
         replayed = await new_records(env, "incident", before_inc)
         expected = [r["sys_id"] for r in rows if r["sys_updated_on"] >= rewind_to]
-        assert [r.key.decode() for r in replayed if r.key] == expected
+        assert [r.key.decode() for r in in_cursor_order(replayed) if r.key] == expected
         assert await new_records(env, "change_request", before_chg) == []
 
 
@@ -384,7 +391,7 @@ async def test_recipe_drop_one_table(env: Env, http: ClientSession) -> None:
         await resume(http, daemon, "incident", "change_request")
         replayed = await new_records(env, "incident", before_inc)
         # No offset: the table starts again from its start.timestamp, every row once more.
-        assert [r.key.decode() for r in replayed if r.key] == [
+        assert [r.key.decode() for r in in_cursor_order(replayed) if r.key] == [
             r["sys_id"] for r in cursor_order(env.emu.rows("incident"))
         ]
         assert await new_records(env, "change_request", before_chg) == []
@@ -418,7 +425,7 @@ async def test_recipe_reset_all(env: Env, http: ClientSession) -> None:
         await resume(http, daemon, *tables)
         for alias in tables:
             replayed = await new_records(env, alias, before[alias])
-            assert [r.key.decode() for r in replayed if r.key] == [
+            assert [r.key.decode() for r in in_cursor_order(replayed) if r.key] == [
                 r["sys_id"] for r in cursor_order(env.emu.rows(alias))
             ]
 
@@ -454,7 +461,9 @@ async def test_patch_with_reordered_partition_keys_lands_on_the_canonical_key(
         await resume(http, daemon, "incident")
         assert daemon.pollers["incident"].status.window_start == resume_after["sys_updated_on"]
         replayed = await new_records(env, "incident", before)
-        assert [r.key.decode() for r in replayed if r.key] == [r["sys_id"] for r in rows[41:]]
+        assert [r.key.decode() for r in in_cursor_order(replayed) if r.key] == [
+            r["sys_id"] for r in rows[41:]
+        ]
 
 
 # ------------------------------------------------------------------------------- refusals
@@ -654,4 +663,4 @@ async def test_patch_null_also_drops_the_tables_legacy_offset(
             for r in cursor_order(env.emu.rows("incident"))
             if r["active"] == "true" and r["priority"] != "9"
         ]
-        assert [r.key.decode() for r in replayed if r.key] == expected
+        assert [r.key.decode() for r in in_cursor_order(replayed) if r.key] == expected

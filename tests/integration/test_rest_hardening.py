@@ -19,7 +19,7 @@ from snowsource.core.table import TableSpec
 from snowsource.engine.supervisor import Daemon
 from snowsource.observability.redact import register_secret
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running
+from tests.integration.engine import caught_up, read_topic, running
 from tests.integration.test_rest import (
     base_url,
     call,
@@ -29,6 +29,7 @@ from tests.integration.test_rest import (
     spec_of,
     stop,
 )
+from tests.polling import poll_until
 
 pytestmark = [pytest.mark.kafka]
 

@@ -18,12 +18,13 @@ import pytest
 from aiohttp import ClientSession
 
 from snowsource import __version__
-from snowsource.api.rest import MUST_BE_STOPPED_MESSAGE, NEED_OFFSETS_MESSAGE
+from snowsource.api.errors import MUST_BE_STOPPED_MESSAGE, NEED_OFFSETS_MESSAGE
 from snowsource.engine.supervisor import Daemon
 from snowsource.observability.build import find_commit
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, running
+from tests.integration.engine import caught_up, running
 from tests.integration.test_rest import rest_of
+from tests.polling import poll_until
 
 JSON = {"Content-Type": "application/json"}
 NAME = "{name}"  # replaced by the test's connector name

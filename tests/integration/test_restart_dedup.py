@@ -29,7 +29,6 @@ from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
-    poll_until,
     read_offsets,
     read_topic,
     running,
@@ -37,9 +36,8 @@ from tests.integration.engine import (
     sweeps_after,
     write_config,
 )
-from tests.kafka_support import REPO
-
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
+from tests.integration.processes import SNOWSOURCE
+from tests.polling import poll_until
 
 
 def _bursts(env: Env, seconds: int, per_second: int) -> list[dict[str, str]]:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Env
-from tests.integration.engine import poll_until, read_offsets, write_config
-from tests.kafka_support import REPO
+from tests.integration.engine import read_offsets, write_config
+from tests.integration.processes import SNOWSOURCE
+from tests.polling import poll_until
 
-SNOWSOURCE = str(REPO / ".venv" / "bin" / "snowsource")
 # The promise is 2 s; the bound leaves room for a loaded test machine and still fails on the
 # old behaviour (the first request came once the dead member's 10 s session had expired).
 FIRST_REQUEST_WITHIN_SECONDS = 4.0

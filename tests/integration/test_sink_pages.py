@@ -12,7 +12,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.sink import PageRecord, RecordSink
+from snowsource.adapters.sink import RecordSink
+from snowsource.core.outbound import PageRecord
 from snowsource.core.partitioner import partition_for_key
 from tests.conftest import TopicFactory
 

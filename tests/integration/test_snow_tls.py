@@ -23,7 +23,8 @@ from snowsource.core.errors import RetriableError
 from snowsource.emulator import Emulator, serve
 from snowsource.emulator.server import tls_context
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running, settings_from
+from tests.integration.engine import caught_up, read_topic, running, settings_from
+from tests.polling import poll_until
 from tests.tls_support import Pki, make_pki
 
 PASSWORD = "Tls-Admin-Pw-77"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from snowsource.core.table_status import TableState
 from snowsource.engine import supervisor
-from snowsource.engine.poller import TableState
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_topic, running
+from tests.integration.engine import caught_up, read_topic, running
+from tests.polling import poll_until
 
 TABLES = ("incident", "change_request", "task_sla")
 

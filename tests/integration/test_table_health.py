@@ -21,9 +21,10 @@ from snowsource.emulator import serve
 from snowsource.engine import failures
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, running
+from tests.integration.engine import caught_up, running
 from tests.integration.test_rest import base_url, call, rest_of, rest_settings
 from tests.kafka_support import LocalBroker, free_broker_port
+from tests.polling import poll_until
 
 pytestmark = [pytest.mark.kafka]
 

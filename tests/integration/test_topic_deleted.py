@@ -11,12 +11,13 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from structlog.testing import capture_logs
 
+from snowsource.core.table_status import TableState
 from snowsource.engine import topic_watch
-from snowsource.engine.poller import TableState
-from snowsource.engine.supervisor import ConnectorState
+from snowsource.engine.facade import ConnectorState
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, poll_until, read_offsets, read_topic, running
+from tests.integration.engine import caught_up, read_offsets, read_topic, running
+from tests.polling import poll_until
 
 GRACE = 4.0
 GONE = "output topic does not exist any more"

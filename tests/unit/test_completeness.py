@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 
-from snowsource.adapters.servicenow import Page
 from snowsource.config.fields import Deletes
 from snowsource.config.loader import LoadedConfig, load_config
 from snowsource.core.cursor import Position
@@ -26,6 +25,7 @@ from snowsource.core.page import page_positions, plan_page
 from snowsource.core.query import normalise_query
 from snowsource.core.reconcile import reconcile_partition
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.tableapi import Page
 from snowsource.engine.streams import JournalHooks, ReconcileHooks, TableHooks, stream_hooks
 from snowsource.engine.wiring import stream_specs
 

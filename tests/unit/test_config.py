@@ -11,18 +11,13 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from snowsource.config.settings import (
-    AuthType,
-    CompressionType,
-    LoadedConfig,
-    LogLevel,
-    SecurityProtocol,
-    Settings,
-    load_config,
-    redacted_dict,
-    resolve_config_path,
-)
+from snowsource.config.fields import AuthType, CompressionType, LogLevel, SecurityProtocol
+from snowsource.config.loader import LoadedConfig, load_config, resolve_config_path
+from snowsource.config.models import Settings
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import ConfigError
+from snowsource.core.retry import RetryPolicy
+from snowsource.engine.wiring import kafka_retries, snow_retry
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-very-secret"
@@ -153,6 +148,8 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "overlap.seconds": 10,
         "safety.lag.seconds": 2,
         "dedup.max.entries": 200000,
+        "backfill.slices": 4,
+        "backfill.max.ahead.rows": 50000,
         "shutdown.timeout.seconds": 30,
         "topic.prefix": "servicenow.",
         "topic.creation.enable": True,
@@ -207,6 +204,8 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "safety.lag.seconds": 2,
         "value.format": "string",
         "value.schema": "none",
+        "backfill.slices": 4,
+        "backfill.max.ahead.rows": 50000,
     }
     assert dumped["kafka"] == {
         "bootstrap.servers": "localhost:9092",
@@ -221,12 +220,17 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "linger.ms": 5,
         "max.request.size": 1048576,
         "startup.timeout.seconds": 60,
+        "retry": {
+            work: {"initial.backoff.ms": 500, "max.backoff.ms": 30000}
+            for work in ("offsets", "transactions", "tail")
+        },
     }
     assert dumped["rest"] == {
         "enabled": True,
         "host": "127.0.0.1",
         "port": 8083,
         "auth.token": None,
+        "console": True,
     }
     assert dumped["log"] == {"format": "auto", "level": "INFO"}
     assert cfg.snow.token_url == "https://acme.service-now.com/oauth_token.do"
@@ -355,6 +359,18 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         "greater than 0",
     ),
     (
+        "per-session-high",
+        {("snow", "http", "requests.per.session"): 3},
+        "snow.http.requests.per.session",
+        "less than or equal to 2",
+    ),
+    (
+        "per-session-zero",
+        {("snow", "http", "requests.per.session"): 0},
+        "snow.http.requests.per.session",
+        "greater than or equal to 1",
+    ),
+    (
         "backoff",
         {("snow", "http", "retry.initial.backoff.ms"): 60000},
         "snow.http.retry.max.backoff.ms",
@@ -426,6 +442,15 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
     ("sasl-needs", {("kafka", "security.protocol"): "SASL_SSL"}, "kafka.sasl.password", "SASL_SSL"),
     ("compression", {("kafka", "compression.type"): "brotli"}, "kafka.compression.type", "'zstd'"),
     ("linger", {("kafka", "linger.ms"): -1}, "kafka.linger.ms", "greater than or equal to 0"),
+    (
+        "kafka retry max below initial",
+        {
+            ("kafka", "retry", "tail", "initial.backoff.ms"): 2000,
+            ("kafka", "retry", "tail", "max.backoff.ms"): 1000,
+        },
+        "kafka.retry.tail.max.backoff.ms",
+        "must be >= initial.backoff.ms (2000)",
+    ),
     (
         "startup",
         {("kafka", "startup.timeout.seconds"): 0},
@@ -950,3 +975,20 @@ def test_compression_codec_needs_its_extra(name: str, load: Loader, problems: Pr
     found = problems(changes)
     assert _paths(found) == ["kafka.compression.type"]
     assert f"aiokafka[{name}]" in found[0][1]
+
+
+def test_kafka_work_retries_by_its_own_settings_not_the_http_ones(load: Loader) -> None:
+    settings = load(
+        {
+            ("snow", "http", "retry.initial.backoff.ms"): 700,
+            ("kafka", "retry", "offsets", "initial.backoff.ms"): 100,
+            ("kafka", "retry", "offsets", "max.backoff.ms"): 2000,
+            ("kafka", "retry", "transactions", "initial.backoff.ms"): 200,
+            ("kafka", "retry", "tail", "max.backoff.ms"): 4000,
+        }
+    ).settings
+    retries = kafka_retries(settings)
+    assert retries.offsets == RetryPolicy(0.1, 2.0)
+    assert retries.transactions == RetryPolicy(0.2, 30.0)
+    assert retries.tail == RetryPolicy(0.5, 4.0)
+    assert snow_retry(settings) == RetryPolicy(0.7, 30.0)

@@ -12,8 +12,6 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from snowsource.config.settings import NOT_YET_AVAILABLE, Settings
-
 SECRET = "Hunter2:p@ss/w#rd"
 VALID = {
     "snow": {
@@ -88,18 +86,3 @@ def test_secrets_never_reach_the_terminal(tmp_path: Path, command: str) -> None:
         "Hunter2",
     ):
         assert needle not in output
-
-
-def test_unshipped_feature_exits_2(tmp_path: Path) -> None:
-    top_level = [
-        (k, v) for k, v in NOT_YET_AVAILABLE if k.replace(".", "_") in Settings.model_fields
-    ]
-    if not top_level:
-        pytest.skip("every top-level feature has shipped")
-    key, value = top_level[0]
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({**VALID, key: value}))
-    result = _snowsource("run", "--config", str(path), cwd=tmp_path)
-    assert result.returncode == 2
-    assert f"{key}: " in result.stderr
-    assert "is not available in this release yet" in result.stderr

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snowsource.cli.main import main
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.connector_import import import_connector, render_yaml
 
 JAVA: dict[str, Any] = {

@@ -10,17 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from snowsource.config import availability
-from snowsource.config.settings import (
-    NOT_YET_AVAILABLE,
-    Deletes,
-    LoadedConfig,
-    Settings,
-    TasksAssignment,
-    ValueFormat,
-    ValueSchema,
-    load_config,
-)
+from snowsource.config.fields import Deletes, TasksAssignment, ValueFormat, ValueSchema
+from snowsource.config.loader import LoadedConfig, load_config
 from snowsource.core.errors import ConfigError
 
 BASE: dict[str, Any] = {
@@ -52,12 +43,6 @@ def load(tmp_path: Path) -> Load:
         return load_config(file, env=env or {})
 
     return run
-
-
-@pytest.fixture
-def everything_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As once every feature has landed: validation alone decides."""
-    monkeypatch.setattr(availability, "NOT_YET_AVAILABLE", ())
 
 
 def _problems(load: Load, changes: dict[tuple[str, ...], Any]) -> dict[str, str]:
@@ -152,7 +137,6 @@ def test_view_cannot_have_audit_deletes(load: Load) -> None:
     assert "'inc_sys_id'" in message
 
 
-@pytest.mark.usefixtures("everything_available")
 def test_once_available_the_new_values_load(load: Load) -> None:
     cfg = load(
         {
@@ -176,41 +160,6 @@ def test_once_available_the_new_values_load(load: Load) -> None:
     assert (problem.value_format, problem.value_schema) == (ValueFormat.STRING, ValueSchema.CONNECT)
 
 
-def _changes_for(key: str, value: object) -> tuple[dict[tuple[str, ...], Any], str]:
-    field = key.replace(".", "_")
-    if field in Settings.model_fields:
-        return {(key,): value}, key
-    return {(*T, key): value}, f"snow.tables.incident.{key}"
-
-
-@pytest.mark.parametrize(("key", "value"), NOT_YET_AVAILABLE)
-def test_features_not_shipped_yet_are_refused(load: Load, key: str, value: object) -> None:
-    changes, path = _changes_for(key, value)
-    found = _problems(load, changes)
-    assert "is not available in this release yet" in found[path], found
-    assert found[path].startswith(f"{key}: "), found
-
-
-def test_unshipped_value_inherited_by_tables_is_reported_once(
-    load: Load, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(availability, "NOT_YET_AVAILABLE", (("value.format", "typed"),))
-    found = _problems(
-        load,
-        {("value.format",): "typed", ("snow", "tables", "problem"): {"name": "problem"}},
-    )
-    assert list(found) == ["value.format"]
-    found = _problems(load, {(*T, "value.format"): "typed"})
-    assert list(found) == ["snow.tables.incident.value.format"]
-
-
-def test_only_the_listed_values_are_refused(load: Load, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(availability, "NOT_YET_AVAILABLE", (("exactly.once", True),))
-    assert load({("value.format",): "typed"}).settings.value_format is ValueFormat.TYPED
-    assert "exactly.once" in _problems(load, {("exactly.once",): True})
-
-
 def test_exactly_once_is_available(load: Load) -> None:
     cfg = load({("exactly.once",): True}).settings
     assert cfg.exactly_once is True
-    assert ("exactly.once", True) not in NOT_YET_AVAILABLE

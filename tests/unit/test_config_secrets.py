@@ -17,10 +17,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from snowsource.config.settings import Settings, load_config, mask_userinfo, redacted_dict
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
+from snowsource.config.redaction import mask_userinfo, redacted_dict
 from snowsource.core.errors import ConfigError
 from snowsource.observability import logs
-from snowsource.observability import redact as redact_module
+from tests.secrets_support import empty_secret_registry
 
 USER = "integration.user"
 # Characters that URL parsers split on (':', '@', '/', '#') so a half-masked URL would show.
@@ -173,16 +175,13 @@ def test_effective_configuration_log_masks_secrets_only(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(doc))
     cfg = load_config(path, env={}).settings
-    redact_module._forget_all()
-    try:
+    with empty_secret_registry():
         logs.register_secrets(["admin"])
         event = logs.redact_secrets(
             None,
             "info",
             {"event": "effective configuration", "config": redacted_dict(cfg), "note": "admin x"},
         )
-    finally:
-        redact_module._forget_all()
     assert event["config"]["snow"]["auth"]["username"] == "admin"
     assert event["config"]["snow"]["auth"]["password"] == "***"
     # Everything else still goes through the value scrubber.

@@ -19,8 +19,10 @@ import yaml
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, InitSettingsSource
 
-from snowsource.config.settings import ConfigFileNotFoundError, Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.config.sources import ConfigSources, activated, active_sources
+from snowsource.config.yaml_loader import ConfigFileNotFoundError
 from snowsource.core.errors import ConfigError
 
 SECRET = "Hunter2-from-the-file"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from snowsource.config.settings import MAX_EXPANDED_NODES, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.yaml_loader import MAX_EXPANDED_NODES
 from snowsource.core.errors import ConfigError
 
 HEADER = "snow:\n  url: https://acme.service-now.com\n  auth: {username: u, password: p}\n"

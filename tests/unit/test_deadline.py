@@ -74,3 +74,20 @@ def test_a_second_request_keeps_the_first_deadline() -> None:
     stop.request(Deadline.after(100))
     assert stop.deadline is first
     assert stop.is_set()
+
+
+async def test_a_revoked_lease_stops_with_no_time_left() -> None:
+    """Issue 23 item 7: a group member that stood still past its session must not send the
+    page it was holding; its stop signal says so synchronously, before any task notices."""
+    reason: list[str | None] = [None]
+    stop = StopSignal(lambda: reason[0])
+    assert not stop.revoked()
+    assert not stop.is_set()
+    reason[0] = "stood still"
+    assert stop.revoked()
+    assert stop.is_set()
+    assert stop.revoked_because == "stood still"
+    assert stop.deadline.remaining() == 0
+    reason[0] = None  # once revoked, for good
+    assert stop.revoked()
+    assert not StopSignal().revoked()

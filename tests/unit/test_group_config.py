@@ -6,7 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from snowsource.config.settings import Settings, TasksAssignment, load_config
+from snowsource.config.fields import TasksAssignment
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.engine.wiring import owned_specs
 
 

@@ -9,11 +9,13 @@ from typing import Any, cast
 
 from snowsource.adapters.group_protocol import GroupView, MemberReport
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.group_owner import GroupOwner
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
-from tests.integration.engine import poll_until
+from snowsource.runtime.tasks import TaskSet
+from tests.polling import poll_until
 
 ALIASES = ["a", "b", "c"]
 
@@ -47,14 +49,15 @@ class _World:
         self.rejoins = 0
         self.reloads = 0
         self.started: list[str] = []
-        self.crashes: list[asyncio.Task[None]] = []
+        self.crashes: list[BaseException] = []
+        self.tasks = TaskSet(self.crashes.append)
         specs = cast("list[TableSpec]", [_Spec(alias) for alias in ALIASES])
         self.owner = GroupOwner(
             specs,
             build=self.build,
             run=self.run,
             reload=self.reload,
-            on_crash=self.ended,
+            tasks=self.tasks,
             page_slots=4,
             stop_timeout=5,
         )
@@ -69,10 +72,6 @@ class _World:
 
     async def run(self, pollers: dict[str, Poller]) -> None:
         await asyncio.gather(*(p.run() for p in pollers.values()))
-
-    def ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.crashes.append(task)
 
     async def reload(self) -> None:
         self.reloads += 1

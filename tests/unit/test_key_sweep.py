@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 
 import orjson
 
-from snowsource.adapters.servicenow import Page
 from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.reconcile import LiveKeys, LiveKeysBuilder, fresh_sweep, reconcile_spec
 from snowsource.core.retry import RetryPolicy
-from snowsource.engine.poller import TableStatus
+from snowsource.core.table_status import TableStatus
+from snowsource.core.tableapi import Page
 from snowsource.engine.reconcile import KeySweep
 from snowsource.engine.streams import SweepMark
 from snowsource.runtime.deadline import StopSignal

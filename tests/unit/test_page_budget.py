@@ -11,18 +11,20 @@ from typing import Any
 
 import pytest
 
-from snowsource.adapters.servicenow import Page
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike
 from snowsource.core.clock import InstanceClock
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.page import Emit
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table_status import TableState
+from snowsource.core.tableapi import Page
 from snowsource.engine.budget import PageBudget, page_slots
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.engine.ports import PageSource
 from snowsource.runtime.deadline import StopSignal
 from tests.fakes import FakeStore, make_spec
+from tests.polling import poll_until
 from tests.unit import test_poller
-from tests.unit.test_poller import Running, World, until
+from tests.unit.test_poller import Running, World
 
 world = test_poller.world  # the emulator and fakes of the poller's own tests
 
@@ -54,7 +56,7 @@ async def test_three_tables_share_two_slots_and_every_slot_comes_back(world: Wor
     budget = PageBudget(2)
     stop = StopSignal()
     runs = [Running(_poller(world, alias, budget, stop)) for alias in tables]
-    await until(lambda: all(r.poller.status.caught_up for r in runs), timeout=20)
+    await poll_until(lambda: all(r.poller.status.caught_up for r in runs), timeout=20)
     # Five pages or more per table went through two shared slots: nothing was lost on the way.
     expected = {r["sys_id"].encode() for t in tables for r in world.emu.rows(t)}
     assert {r.key for r in world.sink.sent} == expected
@@ -153,7 +155,9 @@ async def test_pages_in_memory_across_tables_stay_within_the_budget(world: World
     try:
         runs = [Running(poller) for poller in pollers]
         while not all(r.poller.status.caught_up for r in runs):
-            await until(lambda: bool(sink.waiting) or all(r.poller.status.caught_up for r in runs))
+            await poll_until(
+                lambda: bool(sink.waiting) or all(r.poller.status.caught_up for r in runs)
+            )
             held.sample()
             if sink.waiting:
                 sink.ack_oldest()

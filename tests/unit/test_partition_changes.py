@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.supervisor import owned_specs, table_spec
+from snowsource.engine.wiring import owned_specs, table_spec
 
 BASE: dict[str, Any] = {
     "name": "servicenow-source",

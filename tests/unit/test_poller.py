@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,10 +24,12 @@ from snowsource.core.clock import InstanceClock
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_key, encode_value
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.table_status import TableState
 from snowsource.emulator import Emulator, serve
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline, StopSignal
 from tests.fakes import CONNECTOR, FakeSink, FakeStore, make_spec
+from tests.polling import poll_until
 
 T0 = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 
@@ -66,16 +68,6 @@ async def world() -> AsyncIterator[World]:
         yield World(emu, client, FakeSink(), FakeStore(), url)
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10) -> float:
-    """Wait for ``predicate``; returns the seconds it took."""
-    began = time.monotonic()
-    while not predicate():
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.005)
-    return time.monotonic() - began
-
-
 class Running:
     """A poller task with its stop signal."""
 
@@ -111,14 +103,14 @@ async def test_offsets_are_written_only_after_acks_with_one_page_unacknowledged(
     world.sink.auto_ack = False
     spec = world.spec(batch_size=20)
     running = Running(world.poller(spec, StopSignal()))
-    await until(lambda: len(world.sink.sent) >= 20)
+    await poll_until(lambda: len(world.sink.sent) >= 20)
     # The first page is sent and unacknowledged: nothing may be committed yet, and the poller
     # does not hand the next page to the producer before this one is acknowledged.
     assert world.store.writes == []
     assert len(world.sink.sent) == 20
     last_of_page = world.sink.sent[-1]
     world.sink.ack_all()
-    await until(lambda: committed(world.store, spec) is not None)
+    await poll_until(lambda: committed(world.store, spec) is not None)
     offset = committed(world.store, spec)
     assert offset is not None
     assert offset["sys_id"] == last_of_page.key.decode()
@@ -135,7 +127,7 @@ async def test_a_committer_that_dies_fails_its_quiet_table_within_a_second(world
     world.emu.seed(tables=("incident",), rows=5)
     spec = world.spec()
     running = Running(world.poller(spec, StopSignal()))
-    await until(lambda: running.poller.status.caught_up)
+    await poll_until(lambda: running.poller.status.caught_up)
     died_at: list[float] = []
 
     def broken(key: bytes, value: bytes | None) -> None:
@@ -144,9 +136,11 @@ async def test_a_committer_that_dies_fails_its_quiet_table_within_a_second(world
 
     world.store.on_write = broken
     world.emu.insert("incident", {"short_description": "one more"})
-    await until(lambda: bool(died_at))
+    await poll_until(lambda: bool(died_at))
     # The table goes quiet after this row: only the committer's death can end it.
-    waited = await until(lambda: running.poller.status.state == TableState.FAILED, timeout=5)
+    began = time.monotonic()
+    await poll_until(lambda: running.poller.status.state == TableState.FAILED, timeout=5)
+    waited = time.monotonic() - began
     assert waited < 1.0
     assert "offsets store bug" in (running.poller.status.last_error or "")
     await asyncio.wait_for(running.task, 2)
@@ -155,9 +149,11 @@ async def test_a_committer_that_dies_fails_its_quiet_table_within_a_second(world
 async def test_a_cancelled_committer_never_ends_the_poller_silently(world: World) -> None:
     world.emu.seed(tables=("incident",), rows=5)
     running = Running(world.poller(world.spec(), StopSignal()))
-    await until(lambda: running.poller.status.caught_up)
+    await poll_until(lambda: running.poller.status.caught_up)
     committer_task().cancel()
-    waited = await until(lambda: running.poller.status.state == TableState.FAILED, timeout=5)
+    began = time.monotonic()
+    await poll_until(lambda: running.poller.status.state == TableState.FAILED, timeout=5)
+    waited = time.monotonic() - began
     assert waited < 1.0
     assert "committer was cancelled" in (running.poller.status.last_error or "")
     await asyncio.wait_for(running.task, 2)
@@ -187,7 +183,7 @@ async def test_a_transient_kafka_error_while_migrating_an_offset_is_retried(worl
 
     world.store.on_write = flaky
     running = Running(world.poller(spec, StopSignal()))
-    await until(lambda: running.poller.status.caught_up)
+    await poll_until(lambda: running.poller.status.caught_up)
     assert running.poller.status.state == TableState.RUNNING
     assert failures == []
     assert foreign not in world.store.data, "the foreign spelling is tombstoned"
@@ -202,7 +198,7 @@ async def test_stop_with_acks_that_never_come_ends_at_the_deadline(world: World)
     world.emu.seed(tables=("incident",), rows=30)
     world.sink.auto_ack = False
     running = Running(world.poller(world.spec(batch_size=10), StopSignal()))
-    await until(lambda: len(world.sink.unacked) == 10)
+    await poll_until(lambda: len(world.sink.unacked) == 10)
     took = await running.finish(seconds=0.3)
     assert took < 1.5
     status = running.poller.status
@@ -219,7 +215,7 @@ async def test_offset_writes_that_keep_failing_end_at_the_stop_deadline(world: W
         KafkaConnectionError("offsets topic unreachable")
     )
     running = Running(world.poller(spec, StopSignal()))
-    await until(lambda: len(world.sink.sent) == 10)
+    await poll_until(lambda: len(world.sink.sent) == 10)
     took = await running.finish(seconds=0.5)
     assert took < 2
     assert running.poller.status.unfinished is not None
@@ -231,13 +227,13 @@ async def test_an_internal_restart_resets_the_table_status(world: World) -> None
     spec = world.spec()
     running = Running(world.poller(spec, StopSignal()))
     status = running.poller.status
-    await until(lambda: status.caught_up and status.lag_seconds is not None)
+    await poll_until(lambda: status.caught_up and status.lag_seconds is not None)
     world.emu.latency_ms = 300  # the restarted generation's first page takes a while
 
     world.sink.refuse = KafkaConnectionError("broker gone")
     world.emu.insert("incident", {"short_description": "after"})
-    await until(lambda: status.last_error is not None and "broker gone" in status.last_error)
-    await until(lambda: status.state == TableState.RUNNING and not status.caught_up)
+    await poll_until(lambda: status.last_error is not None and "broker gone" in status.last_error)
+    await poll_until(lambda: status.state == TableState.RUNNING and not status.caught_up)
     assert status.lag_seconds is None
     await running.finish()
 
@@ -252,7 +248,7 @@ async def test_a_final_offset_write_out_of_time_stops_the_table_and_is_reported(
         KafkaConnectionError("offsets topic unreachable")
     )
     running = Running(world.poller(spec, StopSignal()))
-    await until(lambda: len(world.sink.unacked) == 10)
+    await poll_until(lambda: len(world.sink.unacked) == 10)
     # The acks arrive only after stop was requested: the final write gets the stop's deadline.
     running.stop.request(Deadline.after(0.5))
     world.sink.ack_all()

@@ -8,7 +8,6 @@ tests control what "already in Kafka" means; reading a real topic is tested in
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -23,15 +22,17 @@ from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.adapters.topic_tail import EmittedRecord, TailResult
 from snowsource.core.clock import InstanceClock
 from snowsource.core.dedup import DedupCache, digest
-from snowsource.core.errors import KafkaSinkError
+from snowsource.core.errors import KafkaSinkError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table_status import TableState
 from snowsource.emulator import Emulator, serve
-from snowsource.engine.poller import Poller, TableState
+from snowsource.engine.poller import Poller
 from snowsource.engine.resume import MIN_SCAN, rebuild_dedup, scan_cap
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.retrying import StoppedError
 from tests.fakes import FakeSink, FakeStore, make_spec
+from tests.polling import poll_until
 
 T0 = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
 LOG = structlog.get_logger("test")
@@ -53,6 +54,7 @@ class FakeTail:
     calls: list[Call] = field(default_factory=list)
     hang: bool = False
     entered: asyncio.Event = field(default_factory=asyncio.Event)
+    complete: bool = True  # False: the scan cap stopped a partition before the window
 
     async def read_window(
         self,
@@ -64,7 +66,11 @@ class FakeTail:
         slack_floor: str,
         max_scanned: int,
         deletes: bool = False,
+        unordered_backfill: bool = False,
     ) -> TailResult:
+        del (
+            unordered_backfill
+        )  # what the real tail does with it: tests/integration/test_topic_tail.py
         self.calls.append(
             Call(
                 topic,
@@ -93,7 +99,7 @@ class FakeTail:
                 and ts >= since
             ):
                 found.append(EmittedRecord(sent.key.decode(), ts, digest(sent.value)))
-        return TailResult(found, len(found), True)
+        return TailResult(found, len(found), self.complete)
 
 
 def _offset(ts: str, sys_id: str = "") -> SourceOffset:
@@ -232,6 +238,20 @@ async def test_a_refused_read_warns_at_least_once_and_fails_exactly_once() -> No
         )
 
 
+async def test_a_rebuild_cut_short_by_the_scan_cap_fails_only_exactly_once() -> None:
+    """Issue 23 item 3: a partial cache was a WARN even where exactly-once depends on it."""
+    committed = _offset("2026-09-29 07:00:30")
+    record = EmittedRecord("x", "2026-09-29 07:00:20", b"1" * 16)
+    cache = DedupCache(10)
+    await _rebuild(FakeTail(records=[record], complete=False), committed, cache)
+    assert cache.contains("x")  # at least once: what was read still suppresses repeats
+    with pytest.raises(TableFailedError, match=r"Raise dedup\.max\.entries"):
+        await _rebuild(
+            FakeTail(records=[record], complete=False), committed, DedupCache(10), required=True
+        )
+    await _rebuild(FakeTail(records=[record]), committed, DedupCache(10), required=True)
+
+
 async def test_stop_abandons_a_rebuild_that_hangs() -> None:
     stop = asyncio.Event()
     tail = FakeTail(hang=True)
@@ -258,14 +278,6 @@ async def emu_client() -> AsyncIterator[tuple[Emulator, ServiceNowClient, str]]:
         yield emu, client, url
 
 
-async def _until(predicate: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.005)
-
-
 async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     emu_client: tuple[Emulator, ServiceNowClient, str],
 ) -> None:
@@ -289,7 +301,7 @@ async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     )
     task = asyncio.create_task(poller.run())
     status = poller.status
-    await _until(lambda: status.caught_up and store.get(spec.partition) is not None)
+    await poll_until(lambda: status.caught_up and store.get(spec.partition) is not None)
     assert tail.calls == []  # the first start had no committed offset
     assert len(sink.sent) == 20
 
@@ -297,10 +309,10 @@ async def test_an_internal_restart_rebuilds_the_cache_and_re_emits_nothing(
     pages = sink.pages
     sink.refuse = KafkaConnectionError("broker gone")
     new = emu.insert("incident", {"short_description": "after"})
-    await _until(lambda: sink.pages > pages)
+    await poll_until(lambda: sink.pages > pages)
     sink.refuse = None
-    await _until(lambda: any(r.key == new["sys_id"].encode() for r in sink.sent))
-    await _until(lambda: status.caught_up)
+    await poll_until(lambda: any(r.key == new["sys_id"].encode() for r in sink.sent))
+    await poll_until(lambda: status.caught_up)
     assert tail.calls, "the restarted generation did not rebuild its cache"
     stop.request(Deadline.after(5))
     await asyncio.wait_for(task, 7)

@@ -9,7 +9,6 @@ from urllib.parse import quote, quote_plus
 import orjson
 import pytest
 
-from snowsource.observability import redact as redact_module
 from snowsource.observability.redact import (
     REDACTED,
     redact,
@@ -17,15 +16,15 @@ from snowsource.observability.redact import (
     register_credentials,
     register_secret,
 )
+from tests.secrets_support import empty_secret_registry
 
 PASSWORD = "p@ss w0rd/+&=%Ü"
 
 
 @pytest.fixture(autouse=True)
 def _empty_registry() -> Iterator[None]:
-    redact_module._forget_all()
-    yield
-    redact_module._forget_all()
+    with empty_secret_registry():
+        yield
 
 
 @pytest.mark.parametrize(

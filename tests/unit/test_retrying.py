@@ -117,3 +117,29 @@ async def test_retry_after_set_by_the_body_is_the_next_wait() -> None:
                 attempt.retry_after = 0.02
                 raise OSError("429")
     assert delays == [0.02]
+
+
+async def test_progress_during_a_failed_attempt_starts_the_run_of_failures_over() -> None:
+    numbers: list[int] = []
+    progress = 0
+    calls = 0
+
+    async def call() -> str:
+        nonlocal progress, calls
+        calls += 1
+        if calls == 3:
+            progress += 1  # this attempt got somewhere before it failed
+        if calls <= 4:
+            raise OSError("down")
+        return "ok"
+
+    def on_retry(attempt: Attempt, delay: float) -> None:
+        numbers.append(attempt.number)
+
+    async for attempt in retrying(FAST, on_retry=on_retry, progress=lambda: progress):
+        with attempt:
+            await call()
+    assert calls == 5
+    # Attempts 0 and 1 failed without progress; the third made progress, so it counts as the
+    # first failure of a new run, and the fourth as the second.
+    assert numbers == [0, 1, 0, 1]

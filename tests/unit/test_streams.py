@@ -16,13 +16,14 @@ import orjson
 import pytest
 import yaml
 
-from snowsource.adapters.servicenow import Page
-from snowsource.config.settings import Settings, load_config
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
 from snowsource.core.deletes import ACCESS_HINT, delete_partition, delete_stream_spec
 from snowsource.core.errors import ConfigError, TableError
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.tableapi import Page
 from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks, stream_hooks
 from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
@@ -122,7 +123,13 @@ def _emit(ts: str, ident: str, value: bytes) -> Emit:
 def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
     table = make_spec("incident", deletes=True)
     spec = delete_stream_spec(table, snow_url=URL)
-    hooks = DeleteHooks(spec, mark=SweepMark())
+    hooks = DeleteHooks(
+        spec,
+        mark=SweepMark(),
+        client=_Dictionary({}),
+        retry=RetryPolicy(0.01, 0.01),
+        stop=asyncio.Event(),
+    )
     row = {
         "sys_id": "a" * 32,
         "sys_created_on": "2026-09-29 07:00:30",
@@ -266,3 +273,50 @@ async def test_unparsed_values_are_counted_for_emitted_rows_only() -> None:
     assert counted() == before + 1
     await hooks.prepare([])
     assert counted() == before + 1
+
+
+class _Existing:
+    """A Table API answering "which of these ids are rows now" for one table."""
+
+    def __init__(self, live: set[str]) -> None:
+        self.live = live
+        self.queries: list[str] = []
+
+    async def get_page(
+        self, table: str, params: Mapping[str, str], *, label: str | None = None
+    ) -> Page:
+        assert table == "incident"
+        query = params["sysparm_query"]
+        self.queries.append(query)
+        asked = query.rsplit("sys_idIN", 1)[1].split(",")
+        rows = [{"sys_id": i, "sys_updated_on": "2026-09-29 07:00:40"} for i in asked]
+        rows = [r for r in rows if r["sys_id"] in self.live]
+        return Page(rows=rows, status=200, date=None, total_count=None, elapsed=0.0)
+
+
+async def test_a_delete_stream_leaves_out_tombstones_of_rows_that_exist_again() -> None:
+    """Issue 23 item 5: a row deleted and re-created with the same sys_id between two sweeps."""
+    table = make_spec("incident", deletes=True, query="active=true^NQpriority=1")
+    client = _Existing({"d" * 32})
+    hooks = DeleteHooks(
+        delete_stream_spec(table, snow_url=URL),
+        mark=SweepMark(),
+        client=client,
+        retry=RetryPolicy(0.01, 0.01),
+        stop=asyncio.Event(),
+    )
+
+    def audit(audit_id: str, key: str) -> dict[str, str]:
+        return {
+            "sys_id": audit_id,
+            "sys_created_on": "2026-09-29 07:00:30",
+            "tablename": "incident",
+            "documentkey": key,
+        }
+
+    skip = await hooks.prepare([audit("a" * 32, "d" * 32), audit("b" * 32, "e" * 32)])
+    assert skip == {"a" * 32}
+    # The id condition binds to every ^NQ group of the table's query.
+    (query,) = client.queries
+    assert query.startswith("active=true^sys_idIN")
+    assert "^NQpriority=1^sys_idIN" in query

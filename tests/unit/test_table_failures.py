@@ -12,13 +12,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine import failures
 from snowsource.engine.failures import FailureSource, FailureTracker, failing_seconds
-from snowsource.engine.poller import TableState, TableStatus
 from snowsource.observability import metrics
 from snowsource.observability.redact import register_secret
 from snowsource.runtime.deadline import StopSignal
-from tests.unit.test_poller import Running, World, until
+from tests.polling import poll_until
+from tests.unit.test_poller import Running, World
 from tests.unit.test_poller import world as world  # noqa: PLC0414 - the fixture, re-exported
 
 T0 = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
@@ -125,16 +126,16 @@ async def test_an_instance_answering_503_shows_in_the_status_and_clears(quick: W
     running = Running(quick.poller(quick.spec(), StopSignal()))
     status = running.poller.status
     # The very first request (the instance-clock probe) fails: STARTING, but not silent.
-    await until(lambda: status.consecutive_failures >= 3)
+    await poll_until(lambda: status.consecutive_failures >= 3)
     assert status.state == TableState.STARTING
     assert "503" in (status.last_error or "")
     assert status.failing_since is not None
     began = status.failing_since
-    await until(lambda: status.consecutive_failures >= 4)
+    await poll_until(lambda: status.consecutive_failures >= 4)
     assert status.failing_since == began  # one run: it began at the first failure
 
     quick.emu.faults.clear()
-    await until(lambda: status.caught_up)
+    await poll_until(lambda: status.caught_up)
     assert failing(status) == (0, None, None)
     assert gauge("incident") == 0
     await running.finish()
@@ -145,18 +146,18 @@ async def test_produce_failures_count_across_internal_restarts_until_a_page_is_a
 ) -> None:
     running = Running(quick.poller(quick.spec(), StopSignal()))
     status = running.poller.status
-    await until(lambda: status.caught_up)
+    await poll_until(lambda: status.caught_up)
     quick.sink.refuse = KafkaConnectionError("broker gone")
     quick.emu.insert("incident", {"short_description": "during the outage"})
     # Each failure restarts the table, whose page reads succeed: the count still grows.
-    await until(lambda: status.consecutive_failures >= 3)
+    await poll_until(lambda: status.consecutive_failures >= 3)
     assert "broker gone" in (status.last_error or "")
     assert "producing to topic snow.incident failed" in (status.last_error or "")
     assert status.state == TableState.RUNNING
     assert (gauge("incident") or 0) >= 3
 
     quick.sink.refuse = None
-    await until(lambda: status.consecutive_failures == 0)
+    await poll_until(lambda: status.consecutive_failures == 0)
     assert status.failing_since is None
     assert status.last_error is None
     await running.finish()
@@ -172,11 +173,11 @@ async def test_offset_write_failures_show_while_records_still_go_out(quick: Worl
     quick.store.on_write = on_write
     running = Running(quick.poller(quick.spec(), StopSignal()))
     status = running.poller.status
-    await until(lambda: status.consecutive_failures >= 2)
+    await poll_until(lambda: status.consecutive_failures >= 2)
     assert "offsets topic" in (status.last_error or "")
     assert len(quick.sink.sent) == 5  # produce works; only the offset cannot be written
     failing = False
-    await until(lambda: status.consecutive_failures == 0 and status.committed is not None)
+    await poll_until(lambda: status.consecutive_failures == 0 and status.committed is not None)
     assert status.last_error is None
     await running.finish()
 
@@ -189,12 +190,12 @@ async def test_records_kafka_does_not_acknowledge_count_until_they_are(
     running = Running(quick.poller(quick.spec(), StopSignal()))
     status = running.poller.status
     # aiokafka keeps records waiting while no broker answers: the wait itself is the failure.
-    await until(lambda: status.consecutive_failures >= 2)
+    await poll_until(lambda: status.consecutive_failures >= 2)
     assert "Kafka has not acknowledged a page of 5 record(s) for topic snow.incident" in (
         status.last_error or ""
     )
     assert status.state == TableState.RUNNING
     quick.sink.ack_all()
-    await until(lambda: status.caught_up)
+    await poll_until(lambda: status.caught_up)
     assert failing(status) == (0, None, None)
     await running.finish()

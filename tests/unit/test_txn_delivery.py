@@ -20,9 +20,9 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from snowsource.adapters.sink import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourcePartition, encode_key, encode_value
+from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.txn_id import transactional_id
@@ -82,6 +82,8 @@ class FakeProducer:
     hold_commit: asyncio.Event | None = None
 
     async def open(self, *, fresh: bool = False) -> None:
+        if not fresh and not self.discarded:
+            return  # a healthy producer is kept, as the real one does
         self.opened += 1
         self.discarded = False
         self.calls.append(("open", None))
@@ -217,9 +219,28 @@ async def test_the_stream_rewrite_is_a_transaction_of_its_own() -> None:
     await delivery.deliver_page(plan)
     streamed = replace(plan.emits[-1].offset, phase="stream")
     await delivery.commit(make_spec().partition, streamed, deadline=None)
-    assert producer.steps[4:] == ["open", "begin", "offset", "commit"]
+    assert producer.steps[4:] == ["begin", "offset", "commit"]
     assert producer.calls[-2] == ("offset", (KEY, encode_value(streamed)))
     assert store.written[-1] == (KEY, encode_value(streamed))
+
+
+async def test_a_page_after_a_failed_rewrite_starts_the_discarded_producer_again() -> None:
+    """Issue 23 item 2 (the interleaving itself is driven on the broker in test_races_txn)."""
+    producer = FakeProducer()
+    delivery, _store = _delivery(producer)
+    plan = _plan()
+    await delivery.deliver_page(plan)
+    producer.fail["commit"] = KafkaTimeoutError()
+    with pytest.raises(TransactionFailedError):
+        # One attempt of the rewrite, without the retry around it.
+        await delivery._offset_transaction(
+            replace(plan.emits[-1].offset, phase="stream"), Deadline.never()
+        )
+    del producer.fail["commit"]
+    ack = await delivery.deliver_page(_plan(phase="stream"))
+    assert ack is not None
+    assert ack.failure is None
+    assert producer.steps[-5:] == ["open", "begin", "page", "offset", "commit"]
 
 
 async def test_a_failed_record_aborts_the_page_and_nothing_is_acknowledged() -> None:

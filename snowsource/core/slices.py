@@ -1,0 +1,364 @@
+"""Parallel backfill of one table: ranges of whole seconds, work stealing, the committed prefix.
+
+SPEC §14.2. A backfill reads everything from a start position up to the sweep's high-water mark
+``HI``. Here that span is cut into half-open ranges of whole seconds ``[a, b)`` of the timestamp
+field, so a second never spans two ranges and a same-second burst is always read by one keyset
+pager. Up to N slices each page one range at a time (the §5 query with ``ts <= b - 1s``, which is
+``ts < b`` for second-precision timestamps); the first range starts at the resume position, which
+may name a row inside its first second.
+
+Pure, no I/O: the engine asks :class:`Backfill` which range a slice reads next, whether it may
+fetch a page, and tells it what each page read and what Kafka acknowledged. From that the board
+knows at any moment
+
+- the committed offset: the end of the contiguous acknowledged prefix in cursor order, i.e. the
+  last acknowledged row of the ranges that are finished and acknowledged from the start on, plus
+  the acknowledged part of the first range that is not (never below the committed position the
+  backfill resumed from, so the offset never moves back);
+- the rows read ahead of that prefix (in ranges after the first unfinished one), which
+  ``backfill.max.ahead.rows`` bounds: a slice outside the prefix range may fetch a page only if
+  the rows ahead plus the pages already reserved plus its own page stay within the limit. The
+  prefix range itself is never held back, so the backfill always makes progress.
+
+Work distribution: the span starts as ``slices * RANGES_PER_SLICE`` equal ranges (fewer when it
+has fewer seconds) and an idle slice takes the earliest range nobody reads, so the slices work
+close to the prefix and it advances in steps of a range. When none is left, the largest unread
+part of a range being read is split at its midpoint in time and handed over (work stealing);
+a range of one unread second cannot be split. A page that arrives after its range was split may
+hold rows of the part handed over: :meth:`Backfill.arrived` clips them (the new owner reads them)
+and the clipped range is finished, since its page reached past its new end.
+
+A range is finished only by an empty page or a clipped one, never by a short page: the instance
+applies ``sysparm_limit`` before access rules, so a page shortened by ACLs says nothing about the
+rows after it (a sweep of one pager re-reads them in its next sweep; a range has no next sweep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from snowsource.core.cursor import Position
+from snowsource.core.timestamps import format_ts, parse_ts
+
+__all__ = [
+    "RANGES_PER_SLICE",
+    "Backfill",
+    "SliceProgress",
+    "SliceRange",
+    "Span",
+    "seconds_between",
+    "shift_ts",
+    "split_span",
+]
+
+#: Initial ranges per slice: small enough that the slices read close to the prefix (so it moves
+#: in steps of a range rather than waiting for one slice to read a quarter of the table), large
+#: enough that a range is many pages.
+RANGES_PER_SLICE = 4
+
+
+def shift_ts(ts: str, seconds: int) -> str:
+    """``ts`` moved by a whole number of seconds."""
+    return format_ts(parse_ts(ts) + timedelta(seconds=seconds))
+
+
+def seconds_between(a: str, b: str) -> int:
+    """Whole seconds from ``a`` to ``b`` (negative when ``b`` is earlier)."""
+    return int((parse_ts(b) - parse_ts(a)).total_seconds())
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open range ``[start.ts, end)`` of whole seconds, read from ``start`` on.
+
+    ``start.id`` is empty except for a backfill's first range, which resumes inside its first
+    second at the committed row.
+    """
+
+    start: Position
+    end: str
+
+    def __post_init__(self) -> None:
+        if seconds_between(self.start.ts, self.end) < 1:
+            raise ValueError(f"a range holds at least one second: {self.start.ts} to {self.end}")
+
+    @property
+    def hi(self) -> str:
+        """The last second of the range: the ``HI`` of its keyset query (``ts <= hi``)."""
+        return shift_ts(self.end, -1)
+
+    @property
+    def seconds(self) -> int:
+        """How many seconds the range covers."""
+        return seconds_between(self.start.ts, self.end)
+
+
+def split_span(start: Position, hi: str, pieces: int) -> list[Span]:
+    """``[start, hi]`` as at most ``pieces`` adjacent ranges of nearly equal whole seconds.
+
+    Empty when ``hi`` is before ``start``'s second (nothing to read).
+    """
+    if pieces < 1:
+        raise ValueError(f"a backfill is split into at least one range: {pieces}")
+    total = seconds_between(start.ts, hi) + 1
+    if total < 1:
+        return []
+    pieces = min(pieces, total)
+    spans: list[Span] = []
+    first = start
+    base, extra = divmod(total, pieces)
+    offset = 0
+    for index in range(pieces):
+        offset += base + (1 if index < extra else 0)
+        end = shift_ts(start.ts, offset)
+        spans.append(Span(first, end))
+        first = Position(end, "")
+    return spans
+
+
+@dataclass(frozen=True)
+class SliceProgress:
+    """The slices' combined progress, for ``/status`` and the gauges."""
+
+    slices_active: int
+    ranges: int
+    rows_read: int
+    rows_ahead: int
+    covered: float  # share of the backfill's seconds read so far, 0..1
+    hi: str
+
+
+class SliceRange:
+    """One range of a backfill and what its reader did with it (mutated by :class:`Backfill`)."""
+
+    __slots__ = (
+        "acked_to",
+        "end",
+        "finished",
+        "pending",
+        "read_to",
+        "reader",
+        "reserved",
+        "rows",
+        "start",
+    )
+
+    def __init__(self, start: Position, end: str) -> None:
+        self.start = start
+        self.end = end
+        self.reader: int | None = None  # the slice reading it
+        self.read_to: Position | None = None  # the last row its pages returned (and kept)
+        self.acked_to: Position | None = None  # the last emitted row Kafka acknowledged
+        self.rows = 0  # rows its pages returned (and kept)
+        self.reserved = 0  # rows a page in flight may return
+        self.pending = 0  # pages read whose records are not acknowledged yet
+        self.finished = False  # no more pages: every row of the range was returned
+
+    @property
+    def settled(self) -> bool:
+        """Read to its end and every record acknowledged."""
+        return self.finished and self.pending == 0
+
+    @property
+    def after(self) -> Position:
+        """Where its next page starts."""
+        return self.read_to if self.read_to is not None else self.start
+
+    @property
+    def hi(self) -> str:
+        """The last second of the range (the ``HI`` of its next page's query)."""
+        return shift_ts(self.end, -1)
+
+    def unread_seconds(self) -> int:
+        """Seconds not read yet, counting the second its reader stands in."""
+        return seconds_between(self.after.ts, self.end)
+
+    def __repr__(self) -> str:
+        return (
+            f"SliceRange({self.start.ts}/{self.start.id or '-'}..{self.end} reader={self.reader}"
+            f" rows={self.rows} finished={self.finished} pending={self.pending})"
+        )
+
+
+class Backfill:
+    """The ranges of one sliced backfill and the rules between them."""
+
+    def __init__(
+        self,
+        start: Position,
+        hi: str,
+        *,
+        slices: int,
+        max_ahead: int,
+        committed: Position | None = None,
+        ranges_per_slice: int = RANGES_PER_SLICE,
+    ) -> None:
+        if slices < 1:
+            raise ValueError(f"a backfill has at least one slice: {slices}")
+        if max_ahead < 0:
+            raise ValueError(f"rows ahead cannot be limited below 0: {max_ahead}")
+        self.slices = slices
+        self.max_ahead = max_ahead
+        self.hi = hi
+        self._base = committed
+        self.ranges = [
+            SliceRange(span.start, span.end)
+            for span in split_span(start, hi, slices * ranges_per_slice)
+        ]
+        self.total_seconds = sum(seconds_between(r.start.ts, r.end) for r in self.ranges)
+
+    # ------------------------------------------------------------------ progress
+
+    def done(self) -> bool:
+        """Every range read to its end and acknowledged: the stream phase may start."""
+        return all(r.settled for r in self.ranges)
+
+    def prefix(self) -> Position | None:
+        """The end of the contiguous acknowledged prefix: what the committed offset says."""
+        best = self._base
+        for r in self.ranges:
+            if r.acked_to is not None and (best is None or r.acked_to > best):
+                best = r.acked_to
+            if not r.settled:
+                break
+        return best
+
+    def _prefix_index(self) -> int:
+        """Index of the first range not settled (``len(ranges)`` when all are)."""
+        for index, r in enumerate(self.ranges):
+            if not r.settled:
+                return index
+        return len(self.ranges)
+
+    def ahead(self) -> int:
+        """Rows read past the prefix range, not yet part of the committed prefix."""
+        return sum(r.rows for r in self.ranges[self._prefix_index() + 1 :])
+
+    def _claimed_ahead(self) -> int:
+        return sum(r.rows + r.reserved for r in self.ranges[self._prefix_index() + 1 :])
+
+    def active(self) -> int:
+        """Ranges a slice is reading now."""
+        return sum(1 for r in self.ranges if r.reader is not None and not r.finished)
+
+    def rows_read(self) -> int:
+        """Rows returned by every page so far."""
+        return sum(r.rows for r in self.ranges)
+
+    def covered_seconds(self) -> int:
+        """Seconds of the span read so far, for progress bars (a finished range counts whole)."""
+        covered = 0
+        for r in self.ranges:
+            if r.finished:
+                covered += seconds_between(r.start.ts, r.end)
+            elif r.read_to is not None:
+                covered += seconds_between(r.start.ts, r.read_to.ts)
+        return covered
+
+    def progress(self) -> SliceProgress:
+        """A snapshot of the combined progress."""
+        total = self.total_seconds
+        return SliceProgress(
+            slices_active=self.active(),
+            ranges=len(self.ranges),
+            rows_read=self.rows_read(),
+            rows_ahead=self.ahead(),
+            covered=round(self.covered_seconds() / total, 4) if total else 1.0,
+            hi=self.hi,
+        )
+
+    # ------------------------------------------------------------------ work
+
+    def take(self, reader: int) -> SliceRange | None:
+        """The range an idle slice reads next; ``None`` when nothing is left to hand over.
+
+        The earliest range nobody reads, else the later half of the largest unread part of a
+        range being read (its reader keeps the earlier half and the second it stands in).
+        """
+        for r in self.ranges:
+            if r.reader is None and not r.finished:
+                r.reader = reader
+                return r
+        victim = max(
+            (r for r in self.ranges if not r.finished and r.unread_seconds() >= 2),
+            key=SliceRange.unread_seconds,
+            default=None,
+        )
+        if victim is None:
+            return None
+        unread = victim.unread_seconds()
+        middle = shift_ts(victim.after.ts, unread // 2)
+        stolen = SliceRange(Position(middle, ""), victim.end)
+        stolen.reader = reader
+        victim.end = middle
+        self.ranges.insert(self.ranges.index(victim) + 1, stolen)
+        return stolen
+
+    def may_fetch(self, r: SliceRange, limit: int) -> bool:
+        """Whether ``r``'s reader may ask for a page of up to ``limit`` rows now.
+
+        The prefix range always may; any other only while the rows ahead of the prefix, the
+        pages reserved ahead of it and this page stay within ``max_ahead``.
+        """
+        if self.holds_prefix(r):
+            return True
+        return self._claimed_ahead() + limit <= self.max_ahead
+
+    def holds_prefix(self, r: SliceRange) -> bool:
+        """Whether ``r`` is the first range not settled: the one the prefix waits for."""
+        index = self._prefix_index()
+        return index < len(self.ranges) and self.ranges[index] is r
+
+    def reserve(self, r: SliceRange, limit: int) -> None:
+        """A page of up to ``limit`` rows is being fetched for ``r``."""
+        r.reserved += limit
+
+    def cancelled(self, r: SliceRange, limit: int) -> None:
+        """A fetch reserved with ``limit`` returned nothing usable (stopped, failed)."""
+        r.reserved = max(0, r.reserved - limit)
+
+    def arrived(self, r: SliceRange, keys: Sequence[tuple[str, str]], limit: int) -> int:
+        """A page for ``r`` arrived with rows at ``keys`` (in cursor order); how many to keep.
+
+        Rows at or past the range's end (it was split while the page was in flight) are the
+        new owner's: they are dropped and the range is finished. An empty page finishes it too.
+        """
+        r.reserved = max(0, r.reserved - limit)
+        keep = len(keys)
+        while keep and keys[keep - 1][0] >= r.end:
+            keep -= 1
+        if keep < len(keys) or not keys:
+            r.finished = True
+        if keep:
+            r.rows += keep
+            r.read_to = Position(*keys[keep - 1])
+            r.pending += 1
+        return keep
+
+    def acked(self, r: SliceRange, last_emitted: Position | None) -> None:
+        """The records of ``r``'s oldest unacknowledged page are acknowledged.
+
+        ``last_emitted`` is the position of its last emitted row (``None`` when every row was
+        suppressed as already in Kafka): the prefix moves to it once the ranges before allow.
+        """
+        if r.pending < 1:
+            raise ValueError(f"no page of {r!r} awaits an acknowledgement")
+        r.pending -= 1
+        if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
+            r.acked_to = last_emitted
+
+    def prefix_if_acked(self, r: SliceRange, last_emitted: Position | None) -> Position | None:
+        """The prefix once ``r``'s oldest pending page is acknowledged (for a transaction that
+        commits that page and its offset together)."""
+        saved = (r.pending, r.acked_to)
+        self.acked(r, last_emitted)
+        try:
+            return self.prefix()
+        finally:
+            r.pending, r.acked_to = saved
+
+    def last_read(self) -> Position | None:
+        """The furthest row any page returned: where a following sweep continues."""
+        return max((r.read_to for r in self.ranges if r.read_to is not None), default=None)

@@ -1,0 +1,323 @@
+"""A table's sliced backfill (SPEC §14.2): up to N range pagers, one committed prefix.
+
+The poller hands a generation's first sweep here when the table is backfilling (no offset yet,
+or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rules live in
+``core.slices.Backfill``; this module only runs them:
+
+- the ranges are cut from the window's first row on (one small request), not from
+  ``start.timestamp``;
+- one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
+  query restricted to the range, produce each page as it arrives, repeat until nothing is left
+  to take or steal;
+- before each page a slice outside the prefix range waits until ``backfill.max.ahead.rows``
+  allows it, and until the table has a committed offset at all (so a crash never leaves records
+  ahead of a table that has no offset: the §13.4 rebuild needs a committed cursor to start from);
+- after each acknowledged page the prefix is recomputed and, when it moved, committed through
+  the generation's committer, in cursor order with every other offset of the table. With
+  exactly-once each page's transaction carries the prefix as it stands with that page included.
+
+A range is paged by its slice's own loop rather than ``engine.page_stream``: a range continues
+after a short page (ACLs shorten pages; a range has no next sweep to pick up the rest), its end
+may move while a page is in flight (work stealing), and every page waits for the max-ahead gate.
+Pages go through the page budget like the stream's, taken only once the slice is admitted, so a
+waiting slice holds no page; the HTTP pool grants requests fairly between tables (a table's
+slices share its alias as their requester key). On stop every slice stops fetching, lets the page
+it is producing finish within the stop's deadline, and ends; a produce failure ends them all and
+the table restarts from its committed offset, exactly like the single pager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from snowsource.core.cursor import Position, next_sweep_start, parse_ts
+from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.outbound import PageAck
+from snowsource.core.page import PagePlan, page_positions, plan_page
+from snowsource.core.slices import Backfill, SliceRange
+from snowsource.core.table import TableSpec
+from snowsource.core.tableapi import Page
+from snowsource.engine.budget import PageBudget
+from snowsource.engine.delivery import TableDelivery
+from snowsource.engine.reader import TableReader
+from snowsource.engine.recorder import SweepCounts, TableRecorder
+from snowsource.engine.streams import StreamHooks
+from snowsource.engine.table_generation import TableGeneration
+from snowsource.runtime.aio import done_before, first_error
+from snowsource.runtime.deadline import StopSignal
+from snowsource.runtime.retrying import StoppedError
+
+__all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
+
+#: Counts a delivered page and raises what its failure means; returns the records acked.
+Account = Callable[[PagePlan, PageAck | None, SweepCounts, Position], int]
+
+
+@dataclass(frozen=True)
+class SliceTools:
+    """What a poller lends its sliced backfills (built once per poller)."""
+
+    spec: TableSpec
+    reader: TableReader
+    hooks: StreamHooks
+    #: A delivery for one slice: a fresh one each (at least once), or the table's own, whose
+    #: transactions are one at a time anyway (exactly once).
+    delivery: Callable[[], TableDelivery]
+    account: Account
+    recorder: TableRecorder
+    now: Callable[[], datetime]  # instance time, for the lag while backfilling
+    stop: StopSignal
+    pages: PageBudget | None = None
+
+
+async def sliced_sweep(
+    tools: SliceTools, gen: TableGeneration, start: Position, hi: str
+) -> Position:
+    """A generation's first sweep, read by slices; where the sweep after it starts.
+
+    No wait and no ``stream`` mark after it: the sweep that follows, one pager as in release 2,
+    reads what changed meanwhile and says whether the table is caught up.
+    """
+    backfill = SlicedBackfill(tools, gen, start=start, hi=hi)
+    try:
+        last = await backfill.run()
+    finally:
+        tools.recorder.slices(None)
+    tools.recorder.sweep_ended(caught_up=False)
+    return next_sweep_start(start, last, hi, tools.spec.overlap_seconds)
+
+
+class SlicedBackfill:
+    """One sliced backfill sweep of a table, from ``start`` up to ``hi``."""
+
+    def __init__(
+        self, tools: SliceTools, gen: TableGeneration, *, start: Position, hi: str
+    ) -> None:
+        spec = tools.spec
+        self._tools = tools
+        self._spec = spec
+        self._gen = gen
+        self._start = start
+        # Where the table stands: its committed position (its start, with no offset yet).
+        self._committed = gen.cursor
+        self._last_prefix = gen.cursor
+        self._in_transactions: Position | None = None  # the last prefix a transaction carried
+        self.board = self._board(start, hi)
+        self._counts = SweepCounts()
+        # Rows older than this are never read again, not even by the stream phase that
+        # follows (it starts at HI - overlap): they need no dedup entry.
+        self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
+        self._waiters: list[asyncio.Future[None]] = []
+        self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
+
+    def _board(self, start: Position, hi: str) -> Backfill:
+        spec = self._spec
+        return Backfill(
+            start,
+            hi,
+            slices=spec.backfill_slices,
+            max_ahead=spec.backfill_max_ahead_rows,
+            committed=self._committed,
+        )
+
+    async def run(self) -> Position | None:
+        """Read every range; the furthest row read (``None`` when there was none).
+
+        Raises ``StoppedError`` when stopped before the end, and a slice's failure as is.
+        """
+        await self._from_first_row()
+        spec, board = self._spec, self.board
+        self._log.info(
+            "sliced backfill", slices=spec.backfill_slices, ranges=len(board.ranges), hi=board.hi
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(spec.backfill_slices):
+                    group.create_task(self._slice(index), name=f"slice:{spec.alias}:{index}")
+        except BaseExceptionGroup as failed:
+            raise first_error(failed) from None
+        if not board.done():
+            raise StoppedError("stop requested during the sliced backfill")
+        return board.last_read()
+
+    async def _from_first_row(self) -> None:
+        """Cut the ranges from the window's first row on, not from ``start.timestamp``: a table
+        whose rows begin in 2015 would otherwise give most slices decades of nothing."""
+        start, hi = self._start, self.board.hi
+        row = await self._tools.reader.first_row(start, hi)
+        if row is None:
+            return  # empty, or a first row hidden by ACLs: the ranges cover the whole window
+        ts, _ = page_positions(
+            self._spec, self._tools.hooks.shaper, [row], after=start, hi=hi, previous=None
+        )[0]
+        if ts > start.ts:
+            self.board = self._board(Position(ts, ""), hi)
+
+    # ------------------------------------------------------------------ one slice
+
+    async def _slice(self, index: int) -> None:
+        delivery = self._tools.delivery()
+        try:
+            while not self._tools.stop.is_set():
+                r = self.board.take(index)
+                if r is None:
+                    return
+                self._tools.recorder.slices(self.board.progress())
+                await self._read(r, delivery)
+        except StoppedError:
+            return  # the page in production finished (or ran out of the stop's deadline)
+        finally:
+            self._wake()
+
+    async def _read(self, r: SliceRange, delivery: TableDelivery) -> None:
+        """Page ``r`` until it is finished (read to its end, or its end handed over)."""
+        tools, spec, board = self._tools, self._spec, self.board
+        cursor = late_floor = max(r.start, self._committed)
+        previous: Position | None = None
+        previous_full = False
+        while not r.finished:
+            reserved = tools.reader.sizer.size
+            await self._admitted(r, reserved)
+            after, hi = r.after, r.hi
+            board.reserve(r, reserved)
+            try:
+                page, limit = await self._fetch(after, hi)
+            except BaseException:
+                board.cancelled(r, reserved)
+                raise
+            try:
+                tools.recorder.page_read(self._counts)
+                rows = page.rows
+                await tools.hooks.prepare(rows)
+                keys = page_positions(
+                    spec, tools.hooks.shaper, rows, after=after, hi=hi, previous=previous
+                )
+                keep = board.arrived(r, keys, reserved)
+                if not keys and (previous_full or previous is None):
+                    # A range's first page says nothing came before it: an empty one may be a
+                    # page of rows the user cannot read (ACLs apply after sysparm_limit).
+                    await tools.reader.check_hidden(after, hi)
+                if keep:
+                    plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
+                    del page, rows
+                    cursor = plan.cursor or cursor
+                    await self._deliver(r, plan, delivery)
+                    previous = Position(*keys[keep - 1])
+                previous_full = len(keys) >= limit
+            finally:
+                self._release()
+            self._moved()
+
+    async def _admitted(self, r: SliceRange, limit: int) -> None:
+        """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
+        board, tools = self.board, self._tools
+        while not board.holds_prefix(r) and not (
+            tools.recorder.status.committed is not None and board.may_fetch(r, limit)
+        ):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            if not await done_before(waiter, tools.stop.event):
+                raise StoppedError("stop requested")
+
+    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
+        """A page, once the page budget has room; abandoned at once when stop is requested."""
+        tools = self._tools
+        if tools.pages is not None:
+            await tools.pages.acquire()
+        fetch = asyncio.ensure_future(tools.reader.page(after, hi))
+        arrived = False
+        try:
+            arrived = await done_before(fetch, tools.stop.event)
+        finally:
+            if not arrived or fetch.exception() is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                self._release()
+        if not arrived:
+            raise StoppedError("stop requested")
+        return fetch.result()
+
+    def _release(self) -> None:
+        if self._tools.pages is not None:
+            self._tools.pages.release()
+
+    def _plan(
+        self,
+        rows: Sequence[dict[str, Any]],
+        keys: Sequence[tuple[str, str]],
+        cursor: Position,
+        late_floor: Position,
+    ) -> PagePlan:
+        return plan_page(
+            self._spec,
+            self._tools.hooks.shaper,
+            rows,
+            keys,
+            phase="backfill",
+            cursor=cursor,
+            late_floor=late_floor,
+            dedup=self._gen.dedup,
+            keep_from=min(keys[-1][0], self._keep_from),
+        )
+
+    async def _deliver(self, r: SliceRange, plan: PagePlan, delivery: TableDelivery) -> None:
+        """Produce a page and wait for its acks; the prefix then takes them in."""
+        ack: PageAck | None = None
+        if plan.emits:
+            last = plan.emits[-1].position
+            plan.commit_offset = lambda: self._transaction_offset(r, last)
+            ack = await delivery.deliver_page(plan)
+            if ack is None:
+                raise StoppedError("stop requested while records were unacknowledged")
+        emitted = ack.acked if ack is not None else 0
+        self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
+        self._moved()  # the prefix first: the status shows the cursor it moved to
+        self._tools.account(plan, ack, self._counts, self._gen.cursor)
+
+    # ------------------------------------------------------------------ the prefix
+
+    def _offset(self, position: Position | None) -> SourceOffset | None:
+        if position is None:
+            return None
+        return SourceOffset(
+            timestamp=position.ts,
+            sys_id=position.id,
+            phase="backfill",
+            fingerprint=self._spec.partition.query_fingerprint,
+        )
+
+    def _transaction_offset(self, r: SliceRange, last: Position) -> SourceOffset | None:
+        """The offset a page's transaction commits: the prefix with this page in, never below
+        what an earlier transaction committed (whose page may not be counted as acked yet)."""
+        position = self.board.prefix_if_acked(r, last)
+        floor = self._in_transactions
+        if floor is not None and (position is None or position < floor):
+            position = floor
+        self._in_transactions = position
+        return self._offset(position)
+
+    def _moved(self) -> None:
+        """After a page: commit the prefix when it moved, record progress, wake the waiting."""
+        tools, prefix = self._tools, self.board.prefix()
+        if prefix is not None and prefix != self._last_prefix:
+            self._last_prefix = prefix
+            offset = self._offset(prefix)
+            assert offset is not None
+            self._gen.commit(offset)
+            self._gen.cursor = prefix
+            lag = (tools.now() - parse_ts(prefix.ts)).total_seconds()
+            tools.recorder.backfilling(lag, cursor=prefix)
+        tools.recorder.slices(self.board.progress())
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
