@@ -15,7 +15,7 @@ from typing import Final
 from snowsource.adapters.dictionary_reader import child_classes, read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.fields import Deletes, ValueFormat
+from snowsource.config.fields import ValueFormat
 from snowsource.config.models import TableConfig
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
@@ -40,7 +40,7 @@ def _dictionary_name(alias: str) -> str:
 
 
 def _wants_deletes(table: TableConfig) -> bool:
-    return table.deletes is Deletes.AUDIT
+    return table.deletes.audit
 
 
 def _wants_typed(table: TableConfig) -> bool:
@@ -67,7 +67,8 @@ async def access_checks(
     """
     out: list[CheckResult] = []
     if _wants_deletes(table):
-        out.append(await _deletes(client, alias, table, streams[-1]))
+        deletes = next(s for s in streams if s.stream == "deletes")
+        out.append(await _deletes(client, alias, table, deletes))
     if _wants_typed(table):
         out.append(await _dictionary(client, alias, table))
     return out

@@ -20,9 +20,10 @@ from typing import Any, Final
 
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import access_checks, skipped_access
+from snowsource.cli.check_completeness import completeness_checks, skipped_completeness
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import AuthType, OAuthGrantType
-from snowsource.config.models import Settings
+from snowsource.config.models import Settings, TableConfig
 from snowsource.core.errors import (
     AuthError,
     ConfigError,
@@ -181,6 +182,7 @@ def _skipped(settings: Settings, why: str, *, credentials: bool = False) -> list
         if table.fields:
             out.append(CheckResult(f"table {alias} fields exist", Status.SKIP, why))
         out += skipped_access(alias, table, why)
+        out += skipped_completeness(alias, table, why)
     out.append(CheckResult(_TIME_ZONE, Status.SKIP, why))
     return out
 
@@ -244,7 +246,7 @@ async def _table_lines(
     probes = await asyncio.gather(*(_probe_table(client, specs[0]) for specs in streams))
     access = await asyncio.gather(
         *(
-            access_checks(client, alias, table, specs)
+            _stream_checks(client, alias, table, specs)
             for (alias, table), specs in zip(settings.tables.items(), streams, strict=True)
         )
     )
@@ -252,6 +254,15 @@ async def _table_lines(
     for probe, needs in zip(probes, access, strict=True):
         lines += probe.results + needs
     return lines, list(probes)
+
+
+async def _stream_checks(
+    client: ServiceNowClient, alias: str, table: TableConfig, specs: list[TableSpec]
+) -> list[CheckResult]:
+    """What the table's derived streams need (access), then whether the instance will tell
+    them everything (completeness)."""
+    access = await access_checks(client, alias, table, specs)
+    return access + await completeness_checks(client, alias, table, specs)
 
 
 def _sessions_result(client: ServiceNowClient) -> CheckResult:

@@ -113,11 +113,18 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
     )
     check.add_argument("--config", help=config_help)
+    _delegated(sub)
+    return parser
 
+
+def _delegated(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands whose own parsers read their arguments (listed here for ``--help``)."""
     sub.add_parser("offsets", help="inspect, rewind and reset stored offsets", add_help=False)
     sub.add_parser("emulator", help="run the bundled ServiceNow Table API emulator", add_help=False)
     sub.add_parser("config", help="import a Kafka Connect connector config", add_help=False)
-    return parser
+    sub.add_parser(
+        "reconcile", help="compare each table's instance rows with its topic", add_help=False
+    )
 
 
 def cmd_run(
@@ -161,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from snowsource.cli.offsets import main as offsets_main
 
         return offsets_main(args_list[1:])
+    if args_list and args_list[0] == "reconcile":
+        from snowsource.cli.reconcile import main as reconcile_main
+
+        return reconcile_main(args_list[1:])
     if args_list and args_list[0] == "config":
         from snowsource.cli.config_import import main as config_main
 

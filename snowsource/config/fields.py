@@ -121,10 +121,50 @@ class ValueSchema(StrEnum):
 
 
 class Deletes(StrEnum):
-    """``deletes``: ignore deletions, or emit a tombstone per ``sys_audit_delete`` row."""
+    """``deletes``: ignore deletions, tombstones from ``sys_audit_delete`` rows (``audit``),
+    from a periodic key sweep (``reconcile``), or both (``[audit, reconcile]``)."""
 
     NONE = "none"
     AUDIT = "audit"
+    RECONCILE = "reconcile"
+    BOTH = "audit,reconcile"
+
+    @property
+    def audit(self) -> bool:
+        """The table has a delete stream over ``sys_audit_delete``."""
+        return self in (Deletes.AUDIT, Deletes.BOTH)
+
+    @property
+    def reconcile(self) -> bool:
+        """The table has a key reconciliation sweep."""
+        return self in (Deletes.RECONCILE, Deletes.BOTH)
+
+
+_DELETE_MODES: Final = ("audit", "reconcile")
+DELETES_ALLOWED: Final = "'none', 'audit', 'reconcile' or ['audit', 'reconcile']"
+
+
+def deletes_modes(value: Any) -> Any:
+    """``deletes`` as written (a word, a list of words, or ``audit,reconcile`` from the
+    environment) as one :class:`Deletes` value; anything else is left for the enum to refuse."""
+    words: list[Any]
+    if isinstance(value, str):
+        words = [w for w in (part.strip().lower() for part in value.split(",")) if w]
+    elif isinstance(value, list | tuple):
+        words = [w.strip().lower() if isinstance(w, str) else w for w in value]
+    else:
+        return value
+    if not words or words == ["none"]:
+        return Deletes.NONE.value
+    if any(w not in _DELETE_MODES for w in words):
+        bad = next(w for w in words if w not in _DELETE_MODES)
+        raise ValueError(
+            f"{bad!r} is not a delete mode: use {DELETES_ALLOWED} ('none' cannot be combined)"
+        )
+    modes = set(words)
+    if len(modes) == len(_DELETE_MODES):
+        return Deletes.BOTH.value
+    return modes.pop()
 
 
 DisplayValue = Literal["false", "true", "all"]

@@ -69,6 +69,7 @@ from snowsource.config.fields import (
     ValueSchemaKey,
     case_insensitive,
     check_servers,
+    deletes_modes,
     display_value_word,
     empty_to_none,
     join_servers,
@@ -77,6 +78,7 @@ from snowsource.config.fields import (
     stringify_configs,
 )
 from snowsource.config.sources import active_sources
+from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
 from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
@@ -193,7 +195,11 @@ class TableConfig(Section):
     display_value: Annotated[DisplayValue, BeforeValidator(display_value_word)] = "false"
     exclude_reference_link: bool = True
     start_timestamp: StartTimestamp = "1970-01-01 00:00:00"
-    deletes: Annotated[Deletes, case_insensitive(Deletes)] = Deletes.NONE
+    deletes: Annotated[Deletes, BeforeValidator(deletes_modes)] = Deletes.NONE
+    reconcile_interval_seconds: PositiveInt = 86400
+    journal: bool = False
+    # None: ``<topic>.journal`` (journal_output_topic).
+    journal_topic: TopicName | None = None
     batch_size: BatchSize = 1000
     poll_interval_ms: PositiveInt = 5000
     overlap_seconds: NonNegativeInt = 10
@@ -229,48 +235,17 @@ class TableConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _audit_needs_the_table_itself(self) -> TableConfig:
-        # sys_audit_delete records deletions of tables; a view's rows are never deleted as
-        # such, and its documentkey would not be the view's prefixed id.
-        if self.deletes is Deletes.AUDIT and self.id_field != "sys_id":
-            raise problems_error(
-                [
-                    (
-                        "deletes",
-                        f"audit is not possible for a table read through a database view "
-                        f"(id.field is {self.id_field!r}, not 'sys_id'): use deletes: none, or "
-                        "add an alias for the base table itself with deletes: audit",
-                    )
-                ]
-            )
+    def _table_is_consistent(self) -> TableConfig:
+        # Derived streams, typed values and slices: the rules live in config/streams.py.
+        found = table_problems(self)
+        if found:
+            raise problems_error(found)
         return self
 
-    @model_validator(mode="after")
-    def _typed_needs_raw_values(self) -> TableConfig:
-        # display.value: true replaces every raw value by text in the integration user's
-        # locale and format ("1,234", "29.09.2026"): typed conversion could only guess.
-        if self.value_format is ValueFormat.TYPED and self.display_value == "true":
-            raise problems_error(
-                [
-                    (
-                        "value.format",
-                        "typed cannot convert display values (display.value is true, so every "
-                        "value is text in the integration user's format): use display.value: "
-                        "all (raw values typed, display text kept beside them) or false, or "
-                        "value.format: string",
-                    )
-                ]
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _slices_can_read_ahead(self) -> TableConfig:
-        # Below one page the slices after the first could never fetch: a silent 1-slice backfill.
-        if self.backfill_slices > 1 and self.backfill_max_ahead_rows < self.batch_size:
-            why = f"must be at least batch.size ({self.batch_size}) with backfill.slices > 1"
-            fix = "or no slice but the first could fetch a page: raise it, or set slices to 1"
-            raise problems_error([("backfill.max.ahead.rows", f"{why}, {fix}")])
-        return self
+    @property
+    def journal_output_topic(self) -> str:
+        """Where the journal stream writes: ``journal.topic``, by default ``<topic>.journal``."""
+        return self.journal_topic or f"{self.topic}.journal"
 
     @property
     def start_datetime(self) -> datetime:

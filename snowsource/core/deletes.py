@@ -83,6 +83,9 @@ def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
         value_format="string",
         value_schema="none",
         deletes=False,
+        reconcile=False,
+        journal=False,
+        stream="deletes",
         # It never runs ahead of its table, whose HI caps it: one pager, as in release 2.
         backfill_slices=1,
         base=table,

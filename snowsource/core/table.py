@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from snowsource.core.offsets_codec import SourcePartition
+
+StreamKind = Literal["table", "deletes", "reconcile", "journal"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,15 @@ class TableSpec:
     value_format: str = "string"  # "string" | "typed"
     value_schema: str = "none"  # "none" | "connect"
     deletes: bool = False  # the table has a delete stream (``deletes: audit``)
+    reconcile: bool = False  # the table has a key sweep (``deletes: reconcile``)
+    reconcile_interval_seconds: float = 86400.0
+    journal: bool = False  # the table has a journal stream (``journal: true``)
+    # What this spec streams: the table itself, or one of its derived streams.
+    stream: StreamKind = "table"
     # Parallel backfill (SPEC §14.2): concurrent range pagers, rows read ahead of the prefix.
     backfill_slices: int = 1
     backfill_max_ahead_rows: int = 50000
-    # Set on a delete stream only: the table whose deletes it reads.
+    # Set on a derived stream only: the table whose deletes, keys or journal it reads.
     base: TableSpec | None = None
 
     @property

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
+from snowsource.emulator.aggregate import count_records
 from snowsource.emulator.clock import http_date
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.faults import Fault
@@ -208,6 +209,8 @@ def make_app(emu: Emulator) -> web.Application:
         router.add_put(prefix + "/{table}/{sys_id}", modify_record)
         router.add_patch(prefix + "/{table}/{sys_id}", modify_record)
         router.add_delete(prefix + "/{table}/{sys_id}", delete_record)
+    for prefix in ("/api/now/stats", "/api/now/v1/stats"):
+        router.add_get(prefix + "/{table}", count_records)
     router.add_post("/oauth_token.do", _oauth_token)
     statistics_routes(router)
     router.add_route("*", "/api/{tail:.*}", _unknown_api)

@@ -24,6 +24,12 @@ from snowsource.emulator import seeding
 from snowsource.emulator.access import AccessRules, RowPredicate
 from snowsource.emulator.auth import Auth, OAuthClient, User
 from snowsource.emulator.clock import Clock
+from snowsource.emulator.completeness import (
+    AUDITED_TABLES_PROPERTY,
+    DEFAULT_AUDITED_TABLES,
+    CompletenessData,
+    dictionary_attributes,
+)
 from snowsource.emulator.encoded_query import FieldType
 from snowsource.emulator.faults import Faults
 from snowsource.emulator.instance import InstanceModel
@@ -47,7 +53,7 @@ class UserPrefs:
     time_format: str
 
 
-class Emulator(RowWrites, AccessRules):
+class Emulator(RowWrites, AccessRules, CompletenessData):
     """An in-memory ServiceNow instance serving the Table API (see ``docs/dev/emulator-api.md``).
 
     ``user=""`` turns authentication off (requests then act as an ``admin`` user with the given
@@ -109,6 +115,7 @@ class Emulator(RowWrites, AccessRules):
         for table in builtin_tables().values():
             self._register(table)
         self._write_schema_rows(self.tables.values())
+        self.set_property(AUDITED_TABLES_PROPERTY, DEFAULT_AUDITED_TABLES)
         self.default_user = self.add_user(
             user or "admin",
             password,
@@ -346,6 +353,7 @@ class Emulator(RowWrites, AccessRules):
                         "reference": reference,
                         "max_length": str(max_length),
                         "active": "true",
+                        "attributes": dictionary_attributes(table.no_audit_delete and not element),
                     },
                     at=when,
                     visible_at=when,

@@ -1,7 +1,8 @@
 """Keyset pages from the store's ``(ts, sys_id)`` index: the read path that does not grow.
 
-A query sorted by exactly ``ORDERBY<ts>^ORDERBYsys_id`` (every page the daemon asks for) is
-answered by walking the index instead of reading, filtering and sorting the whole table. The
+A query sorted by exactly ``ORDERBY<ts>^ORDERBYsys_id`` (every page the daemon asks for), or by
+``ORDERBYsys_id`` alone (a key sweep's pages), is answered by walking the index instead of
+reading, filtering and sorting the whole table. The
 query's ``^NQ`` groups give a conservative key range to walk; every row on the way still passes
 the full evaluator (:meth:`ParsedQuery.matches`), so the answer is filter-then-sort's by
 construction and only the walk's start and end depend on the range.
@@ -44,9 +45,10 @@ def key_range(parsed: ParsedQuery, id_field: str) -> KeyRange | None:
     string-ordered fields: then walking rows in ``(ts, id)`` order and keeping those the query
     matches is the same answer as filter-then-sort.
     """
-    if len(parsed.order_by) != 2 or len(parsed.order_types) != 2:
+    if not 1 <= len(parsed.order_by) == len(parsed.order_types) <= 2:
         return None
-    ts_key, id_key = parsed.order_by
+    # ORDERBYsys_id alone (a key sweep) walks the same kind of index, keyed by the id itself.
+    ts_key, id_key = parsed.order_by if len(parsed.order_by) == 2 else parsed.order_by * 2
     if ts_key.descending or id_key.descending or id_key.field != id_field:
         return None
     if not _STRING_ORDERED.issuperset(parsed.order_types):

@@ -418,8 +418,36 @@ def builtin_tables() -> dict[str, TableDef]:
             Field("reference", label="Reference"),
             Field("max_length", "integer", label="Max length"),
             Field("active", "boolean", label="Active"),
+            Field("attributes", label="Attributes"),
         ),
         display_field="element",
+        domain_separated=False,
+    )
+    # Comments and work notes: one insert-only row per entry, never in the record itself.
+    sys_journal_field = TableDef(
+        "sys_journal_field",
+        "Journal Entry",
+        (
+            Field("element_id", label="Element ID"),
+            Field("name", label="Table name"),
+            Field("element", label="Element"),
+            Field("value", label="Value"),
+        ),
+        display_field="value",
+        no_update=True,
+        domain_separated=False,
+        no_audit_delete=True,
+    )
+    sys_properties = TableDef(
+        "sys_properties",
+        "System Property",
+        (
+            Field("name", label="Name"),
+            Field("value", label="Value"),
+            Field("type", label="Type"),
+            Field("description", label="Description"),
+        ),
+        display_field="name",
         domain_separated=False,
     )
     tables = [
@@ -434,5 +462,7 @@ def builtin_tables() -> dict[str, TableDef]:
         sys_audit,
         sys_db_object,
         sys_dictionary,
+        sys_journal_field,
+        sys_properties,
     ]
     return {t.name: t for t in tables}

@@ -241,7 +241,7 @@ async def _read_back(
     # after records of the window, so the backward walk may only stop below this floor.
     slack_floor = Position(since, "").minus(spec.overlap_seconds).ts
     # A delete stream's tombstones are on its table's topic, under the table's name.
-    base = spec.base
+    base = spec.base if spec.stream == "deletes" else None
     table = base.name if base is not None else spec.partition.table
 
     def warn(attempt: Attempt, delay: float) -> None:

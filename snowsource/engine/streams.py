@@ -10,6 +10,9 @@ rows become records, how far a sweep may read and how a failure is explained are
   dictionary did not list.
 - :class:`DeleteHooks`: a table's delete stream over ``sys_audit_delete``, one tombstone per audit
   row, never reading past the high-water mark of its table's last completed sweep.
+- :class:`JournalHooks`: a table's journal stream over ``sys_journal_field`` (SPEC §14.3), each
+  row with ``snow.parent_sys_id`` and ``snow.element`` headers.
+- :class:`ReconcileHooks`: what a table's key sweep (``engine.reconcile``) needs of its table.
 
 The two streams of one table share a :class:`SweepMark`, the only thing they know of each
 other. :func:`stream_hooks` builds the hooks of a generation.
@@ -18,6 +21,7 @@ other. :func:`stream_hooks` builds the hooks of a generation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,15 +40,17 @@ from snowsource.core.deletes import (
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import current_rows_params
+from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
+from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
@@ -55,18 +61,36 @@ DELETE = (OPERATION_HEADER, b"delete")
 
 
 class SweepMark:
-    """The high-water mark of a table's last completed sweep, for its delete stream.
+    """The high-water mark of a table's last completed sweep, for its derived streams.
 
-    In memory only: after a restart the delete stream waits for the table's first sweep again,
-    because a sweep of the previous process says nothing about what this one emitted since.
+    In memory only: after a restart the delete stream and the key sweep wait for the table's
+    first sweep again, because a sweep of the previous process says nothing about what this one
+    emitted since.
     """
 
     def __init__(self) -> None:
         self.completed_hi: str | None = None
+        self._advanced = asyncio.Event()
 
     def completed(self, hi: str) -> None:
         if self.completed_hi is None or hi > self.completed_hi:
             self.completed_hi = hi
+            self._advanced.set()
+
+    async def wait_past(self, ts: str | None, stop: asyncio.Event) -> bool:
+        """Wait until a sweep completed whose HI is after ``ts`` (None: any sweep); False when
+        ``stop`` was set first."""
+        while not stop.is_set():
+            hi = self.completed_hi
+            if hi is not None and (ts is None or hi > ts):
+                return True
+            self._advanced.clear()
+            advanced = asyncio.ensure_future(self._advanced.wait())
+            if not await done_before(advanced, stop):
+                advanced.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await advanced
+        return False
 
 
 class StreamHooks:
@@ -245,6 +269,7 @@ class DeleteHooks(StreamHooks):
     ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
+        self._client = client
         shaper = TombstoneShaper(
             display_value="false",
             exclude_reference_link=True,
@@ -263,6 +288,20 @@ class DeleteHooks(StreamHooks):
         )
         self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
+
+    async def start(self) -> None:
+        # The stream reads nothing until its table completed a sweep, which may take hours: a
+        # missing read ACL on sys_audit_delete is asked about now, so it FAILs the stream now.
+        spec = self.spec
+        # A page of the stream's own shape, for the very first second it could read: the
+        # refusal is the same, and the instance reads (almost) nothing.
+        start = Position(spec.start_timestamp, "")
+        try:
+            await self._client.get_page(
+                spec.name, page_params(spec, start, spec.start_timestamp, 1), label=spec.alias
+            )
+        except RetriableError:
+            return  # the stream's own pages retry; only a refusal is worth failing early
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
@@ -320,18 +359,67 @@ def _audit_headers(emit: Emit) -> Headers:
     return [(AUDIT_ID_HEADER, emit.id.encode())]
 
 
+class JournalHooks(StreamHooks):
+    """A table's journal stream: each ``sys_journal_field`` row as it is, on ``<topic>.journal``,
+    with the record it belongs to and the field it was written in as headers."""
+
+    def __init__(self, spec: TableSpec) -> None:
+        super().__init__(spec, _shaper(spec))
+        self._parents: dict[str, Headers] = {}
+        self.record_headers = self._journal_headers
+
+    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+        # Shaped values are bytes; the page's rows are where element_id and element are read.
+        self._parents = {
+            raw(row, "sys_id"): [
+                (PARENT_HEADER, raw(row, "element_id").encode()),
+                (ELEMENT_HEADER, raw(row, "element").encode()),
+            ]
+            for row in rows
+        }
+        return frozenset()
+
+    def _journal_headers(self, emit: Emit) -> Headers:
+        return self._parents.get(emit.id, [])
+
+
+class ReconcileHooks(StreamHooks):
+    """What a table's key sweep shares with its table: the mark of the table's sweeps."""
+
+    def __init__(self, spec: TableSpec, *, mark: SweepMark) -> None:
+        super().__init__(
+            spec,
+            RecordShaper(
+                display_value="false",
+                exclude_reference_link=True,
+                timestamp_field=spec.timestamp_field,
+                id_field=spec.id_field,
+            ),
+        )
+        self.mark = mark
+
+
 def stream_hooks(
     specs: Iterable[TableSpec], *, client: PageSource, retry: RetryPolicy, stop: asyncio.Event
 ) -> dict[str, StreamHooks]:
-    """The hooks of one generation's streams by alias; a table and its deletes share a mark."""
+    """The hooks of one generation's streams by alias; a table and the derived streams that
+    wait for its sweeps (deletes, reconcile) share a mark."""
     specs = list(specs)
-    marks = {spec.base.alias: SweepMark() for spec in specs if spec.base is not None}
+    marks = {
+        spec.base.alias: SweepMark()
+        for spec in specs
+        if spec.base is not None and spec.stream in ("deletes", "reconcile")
+    }
     hooks: dict[str, StreamHooks] = {}
     for spec in specs:
-        if spec.base is not None:
+        if spec.base is not None and spec.stream == "deletes":
             hooks[spec.alias] = DeleteHooks(
                 spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
             )
+        elif spec.base is not None and spec.stream == "reconcile":
+            hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
+        elif spec.stream == "journal":
+            hooks[spec.alias] = JournalHooks(spec)
         else:
             hooks[spec.alias] = TableHooks(
                 spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)

@@ -33,6 +33,7 @@ from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
+from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine.budget import PageBudget, page_slots
@@ -42,6 +43,7 @@ from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, Sh
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
 from snowsource.engine.poller import Poller
+from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
@@ -93,8 +95,11 @@ class Daemon:
         api: ApiFactory | None = None,
         allow_full_replay: bool = False,
         adapters: Adapters | None = None,
+        reconcile_page_size: int = KEY_PAGE_SIZE,
     ) -> None:
         self.settings = settings
+        # sys_ids per key-sweep page: SPEC §14.3's 10,000 (tests give a smaller one).
+        self._reconcile_page_size = reconcile_page_size
         self.specs = owned_specs(settings)
         self.ready = asyncio.Event()
         self._adapters = adapters or Adapters(settings)
@@ -427,25 +432,32 @@ class Daemon:
         pollers: dict[str, Poller] = {}
         for spec in specs:
             deliveries = opened.deliveries
-            poller = Poller(
-                spec,
-                client=client,
-                sink=opened.sink,
-                store=opened.store,
-                clock=self._clock,
-                retry=self._retry,
-                kafka_retry=self._kafka_retry,
-                stop=stop,
-                hooks=hooks[spec.alias],
-                pages=pages,
-                tail=self._adapters.topic_tail(),
-                delivery=deliveries.factory(spec) if deliveries else PageDelivery,
-            )
+            common: dict[str, Any] = {
+                "client": client,
+                "sink": opened.sink,
+                "store": opened.store,
+                "clock": self._clock,
+                "retry": self._retry,
+                "kafka_retry": self._kafka_retry,
+                "stop": stop,
+                "hooks": hooks[spec.alias],
+                "pages": pages,
+                "tail": self._adapters.topic_tail(),
+                "delivery": deliveries.factory(spec) if deliveries else PageDelivery,
+            }
+            poller = self._poller(spec, common)
             pollers[spec.alias] = poller
             problem = self._topic_problems.get(spec.topic)
             if problem:
                 poller.fail(problem)
         return pollers
+
+    def _poller(self, spec: TableSpec, common: dict[str, Any]) -> Poller:
+        """A stream's poller; a key sweep's replaces only ``run``."""
+        if spec.stream == "reconcile":
+            keys = self._adapters.topic_keys()
+            return ReconcilePoller(spec, keys=keys, page_size=self._reconcile_page_size, **common)
+        return Poller(spec, **common)
 
     def _run_pollers(self, pollers: dict[str, Poller]) -> Coroutine[Any, Any, None]:
         """Run ``pollers`` (the runnable ones of a generation) in one task group."""

@@ -18,14 +18,17 @@ from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
+from snowsource.adapters.topic_keys import TopicKeys
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
 from snowsource.config.models import Backoff, Settings, TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
 from snowsource.core.deletes import delete_stream_spec
+from snowsource.core.journal import journal_stream_spec
 from snowsource.core.offsets_codec import legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
+from snowsource.core.reconcile import reconcile_spec
 from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.topic_watch import TopicWatch
@@ -157,18 +160,28 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         legacy_partition=legacy_partition_for(**common),
         value_format=str(table.value_format),
         value_schema=str(table.value_schema),
-        deletes=str(table.deletes) == "audit",
+        deletes=table.deletes.audit,
+        reconcile=table.deletes.reconcile,
+        reconcile_interval_seconds=float(table.reconcile_interval_seconds),
+        journal=table.journal,
         backfill_slices=table.backfill_slices,
         backfill_max_ahead_rows=table.backfill_max_ahead_rows,
     )
 
 
 def stream_specs(settings: Settings, alias: str, table: TableConfig) -> list[TableSpec]:
-    """The table's spec, followed by its delete stream's with ``deletes: audit``."""
+    """The table's spec, followed by those of its derived streams: the delete stream
+    (``deletes: audit``), the key sweep (``deletes: reconcile``) and the journal stream."""
     spec = table_spec(settings, alias, table)
-    if not spec.deletes:
-        return [spec]
-    return [spec, delete_stream_spec(spec, snow_url=settings.snow.url)]
+    url = settings.snow.url
+    specs = [spec]
+    if spec.deletes:
+        specs.append(delete_stream_spec(spec, snow_url=url))
+    if spec.reconcile:
+        specs.append(reconcile_spec(spec, snow_url=url))
+    if spec.journal:
+        specs.append(journal_stream_spec(spec, snow_url=url, topic=table.journal_output_topic))
+    return specs
 
 
 def owned_specs(settings: Settings) -> list[TableSpec]:
@@ -284,6 +297,10 @@ class Adapters:
     def topic_tail(self) -> TopicTail:
         """Reads a table's output topic back at a restart (the dedup rebuild)."""
         return TopicTail(self.conn)
+
+    def topic_keys(self) -> TopicKeys:
+        """Reads the keys live in a table's output topic (a key sweep)."""
+        return TopicKeys(self.conn)
 
     def kafka_probe(self, sink: Callable[[], RecordSink | None]) -> KafkaProbe:
         """Asks the producer's own client whether a broker answers (readiness)."""

@@ -93,6 +93,13 @@ VALUES_UNPARSED = Counter(
     ["table"],
     registry=REGISTRY,
 )
+RECONCILE_MISSING = Gauge(
+    "snowsource_reconcile_missing_keys",
+    "Keys the last key sweep found missing: side=instance (live in Kafka, gone from the "
+    "instance: tombstoned), side=kafka (in the instance, not live in the topic)",
+    ["table", "side"],
+    registry=REGISTRY,
+)
 OFFSET_COMMIT_SECONDS = Histogram(
     "snowsource_offset_commit_seconds",
     "Offset-topic write latency, from send to Kafka's acknowledgement",
@@ -165,6 +172,7 @@ ALL_METRIC_NAMES = (
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
     "snowsource_table_consecutive_failures",
+    "snowsource_reconcile_missing_keys",
     "snowsource_offset_commit_seconds",
     "snowsource_ready",
     "snowsource_backfill_slices_active",

@@ -19,7 +19,7 @@ from snowsource.core.query import normalise_query
 from snowsource.emulator import Emulator
 from snowsource.emulator.auth import User
 from snowsource.emulator.encoded_query import ParsedQuery, parse_encoded_query
-from snowsource.emulator.keyset import indexed_page, key_range
+from snowsource.emulator.keyset import KeyRange, indexed_page, key_range
 from tests.emulator.conftest import FIXED_NOW, Client, table
 
 BASE = FIXED_NOW - timedelta(hours=1)
@@ -42,6 +42,11 @@ OTHER_QUERIES = (
     "sys_updated_on>2026-09-29" + ORDER,  # date only: midnight, so no bound is taken from it
     "sys_id>0000000000000000000000000000000a" + ORDER,
     "sys_updated_on=2026-09-29 06:00:02^NQsys_updated_on>2026-09-29 06:00:04" + ORDER,
+    # A key sweep's pages: sys_id order alone, the index keyed by the id itself.
+    "ORDERBYsys_id",
+    "sys_id>0000000000000000000000000000000a^ORDERBYsys_id",
+    "priority=1^sys_id>00000000000000000000000000000005^NQactive=true"
+    "^sys_id>00000000000000000000000000000005^ORDERBYsys_id",
 )
 
 
@@ -216,11 +221,16 @@ def test_cursor_pages_and_other_sorts_take_the_index() -> None:
     assert keys is not None
     assert keys.low == (_ts(2), _sid(4))
     assert keys.high_ts == _ts(5)
-    for text in ("priority=1^ORDERBYsys_id^ORDERBYsys_updated_on", "priority=1^ORDERBYsys_id"):
-        other = parse_encoded_query(
-            text, field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
-        )
-        assert key_range(other, "sys_id") is None
+    other = parse_encoded_query(
+        "priority=1^ORDERBYsys_id^ORDERBYsys_updated_on",
+        field_type=emu.field_type("incident"),
+        user_tz=ZoneInfo("UTC"),
+    )
+    assert key_range(other, "sys_id") is None
+    sweep = parse_encoded_query(
+        "priority=1^ORDERBYsys_id", field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
+    )
+    assert key_range(sweep, "sys_id") == KeyRange("sys_id", None, None)
     descending = parse_encoded_query(
         "ORDERBYsys_updated_on^ORDERBYDESCsys_id",
         field_type=emu.field_type("incident"),

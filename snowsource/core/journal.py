@@ -1,0 +1,84 @@
+"""The journal stream of a table (``journal: true``, SPEC §14.3): partition, query, headers. Pure.
+
+Comments and work notes are not stored in the record: each entry is an insert-only row of
+``sys_journal_field`` (``element_id`` = the record's sys_id, ``name`` = its table, ``element`` =
+``comments`` or ``work_notes``). The stream reads them with the keyset cursor
+``(sys_created_on, sys_id)`` under an ordinary source partition of its own (``table:
+sys_journal_field``), like the delete stream, and writes each row as it is to
+``<topic>.journal``, keyed by the journal row's own sys_id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Final
+
+from snowsource.core.offsets_codec import SourcePartition, partition_for
+from snowsource.core.query import normalise_query
+from snowsource.core.table import TableSpec
+
+JOURNAL_TABLE: Final = "sys_journal_field"
+JOURNAL_TIMESTAMP_FIELD: Final = "sys_created_on"
+JOURNAL_ELEMENTS: Final = ("comments", "work_notes")
+JOURNAL_FIELDS: Final = (
+    "sys_id",
+    "sys_created_on",
+    "sys_created_by",
+    "name",
+    "element",
+    "element_id",
+    "value",
+)
+ALIAS_SUFFIX: Final = ".journal"
+PARENT_HEADER: Final = "snow.parent_sys_id"
+ELEMENT_HEADER: Final = "snow.element"
+
+
+def journal_query(table: str) -> str:
+    """The journal stream's base query: the comments and work notes of ``table``."""
+    return f"name={table}^elementIN{','.join(JOURNAL_ELEMENTS)}"
+
+
+def journal_alias(alias: str) -> str:
+    """How the offsets script, REST status and metrics name a table's journal stream."""
+    return alias + ALIAS_SUFFIX
+
+
+def journal_partition(*, snow_url: str, table: str, query_domain: bool) -> SourcePartition:
+    """The source partition of ``table``'s journal stream."""
+    return partition_for(
+        snow_url=snow_url,
+        table=JOURNAL_TABLE,
+        query=journal_query(table),
+        query_domain=query_domain,
+        timestamp_field=JOURNAL_TIMESTAMP_FIELD,
+    )
+
+
+def journal_stream_spec(table: TableSpec, *, snow_url: str, topic: str) -> TableSpec:
+    """The spec a keyset reader needs for ``table``'s journal stream, writing to ``topic``."""
+    partition = journal_partition(
+        snow_url=snow_url, table=table.name, query_domain=table.query_domain
+    )
+    return replace(
+        table,
+        alias=journal_alias(table.alias),
+        name=JOURNAL_TABLE,
+        topic=topic,
+        normalised_query=normalise_query(journal_query(table.name)),
+        timestamp_field=JOURNAL_TIMESTAMP_FIELD,
+        id_field="sys_id",
+        fields=JOURNAL_FIELDS,
+        display_value="false",
+        exclude_reference_link=True,
+        partition=partition,
+        legacy_partition=partition,
+        value_format="string",
+        value_schema="none",
+        deletes=False,
+        reconcile=False,
+        journal=False,
+        stream="journal",
+        backfill_slices=1,  # one pager: a derived stream never runs ahead of its table
+        base=table,
+    )
