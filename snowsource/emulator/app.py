@@ -92,7 +92,8 @@ async def _table_request(
     request: web.Request, handler: Handler, emu: Emulator, entry: Request
 ) -> web.StreamResponse:
     table = request.match_info["table"]
-    fault = emu.faults.take(table, request.query.get("sysparm_query", ""))
+    counting = request.query.get("sysparm_no_count", "").strip().lower() != "true"
+    fault = emu.faults.take(table, request.query.get("sysparm_query", ""), counting)
     if fault is not None:
         if fault.kind == "status":
             return _fault_response(fault)

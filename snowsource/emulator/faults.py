@@ -45,6 +45,9 @@ class Fault:
 
     ``window = (a, b)`` restricts a fault to page requests whose keyset window starts in
     ``[a, b)`` (a slow time range: one slice of a parallel backfill lags the others).
+    ``counting`` restricts it to requests that ask for ``X-Total-Count``
+    (``sysparm_no_count=false``, ``True``) or to those that do not (``False``): a count over a
+    large window is what a real instance is slow at.
     """
 
     kind: FaultKind
@@ -56,10 +59,14 @@ class Fault:
     table: str | None = None
     message: str | None = None
     window: tuple[str, str] | None = None
+    counting: bool | None = None
 
-    def matches(self, table: str, query: str) -> bool:
-        """Whether this fault applies to a request for ``table`` with ``sysparm_query``."""
+    def matches(self, table: str, query: str, counting: bool = False) -> bool:
+        """Whether this fault applies to a request for ``table`` with ``sysparm_query``
+        (``counting``: the request asks for the total count)."""
         if self.table is not None and self.table != table:
+            return False
+        if self.counting is not None and self.counting != counting:
             return False
         if self.window is None:
             return True
@@ -85,6 +92,7 @@ class Faults:
         table: str | None = None,
         message: str | None = None,
         window: tuple[str, str] | None = None,
+        counting: bool | None = None,
     ) -> Fault:
         """Queue a fault; ``times=None`` keeps it forever (until :meth:`clear`)."""
         if kind is None:
@@ -107,14 +115,15 @@ class Faults:
             table=table,
             message=message,
             window=window,
+            counting=counting,
         )
         self._pending.append(fault)
         return fault
 
-    def take(self, table: str, query: str = "") -> Fault | None:
+    def take(self, table: str, query: str = "", counting: bool = False) -> Fault | None:
         """Consume the first pending fault matching ``table`` (and ``query``), if any."""
         for index, fault in enumerate(self._pending):
-            if fault.matches(table, query):
+            if fault.matches(table, query, counting):
                 if fault.times is not None:
                     fault.times -= 1
                     if fault.times == 0:

@@ -198,14 +198,16 @@ class SlicedBackfill:
                 keys = page_positions(
                     spec, tools.hooks.shaper, rows, after=after, hi=hi, previous=previous
                 )
-                keep = board.arrived(r, keys, reserved)
                 if not keys and (previous_full or previous is None):
                     # A range's first page says nothing came before it: an empty one may be a
                     # page of rows the user cannot read (ACLs apply after sysparm_limit); it is
-                    # stuck only when a whole page of matches was hidden.
+                    # stuck only when a whole page of matches was hidden. Asked before the
+                    # board hears of the page: an empty page finishes the range, and the other
+                    # slices' prefix must not pass it while the count is in flight.
                     await tools.reader.check_hidden(
                         after, hi, at_least=1 if previous_full else limit
                     )
+                keep = board.arrived(r, keys, reserved)
                 if keep:
                     plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
                     del page, rows

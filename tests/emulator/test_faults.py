@@ -116,6 +116,24 @@ async def test_a_window_fault_matches_only_pages_starting_in_its_time_range(
     assert fault.times == 1
 
 
+async def test_a_counting_fault_matches_only_requests_that_ask_for_the_count(
+    emulator: Emulator, emulator_client: Client
+) -> None:
+    counts = emulator.faults.add(kind="slow", delay=0.01, times=None, counting=True)
+    pages = emulator.faults.add(kind="slow", delay=0.01, times=None, counting=False)
+    await table(emulator_client, "incident", sysparm_no_count="true")
+    assert emulator.faults.take("incident", "", counting=False) is pages
+    # No sysparm_no_count means the instance counts (its default): the counting fault.
+    assert emulator.faults.take("incident", "", counting=True) is counts
+    emulator.faults.clear()
+    only_counts = emulator.faults.add(kind="slow", delay=0.01, times=2, counting=True)
+    await table(emulator_client, "incident", sysparm_no_count="true")
+    assert only_counts.times == 2, "a page without a count is not delayed"
+    await table(emulator_client, "incident", sysparm_no_count="false", sysparm_limit="1")
+    await table(emulator_client, "incident")
+    assert len(emulator.faults) == 0, "both counting requests took the fault"
+
+
 def test_window_start_reads_the_lower_bound_of_a_keyset_query() -> None:
     assert window_start("a=b^ts>=2026-01-01 00:00:05^ts<=2026-01-02 00:00:00") == (
         "2026-01-01 00:00:05"
