@@ -3,8 +3,9 @@
 SPEC §14.2. A backfill reads everything from a start position up to the sweep's high-water mark
 ``HI``. Here that span is cut into half-open ranges of whole seconds ``[a, b)`` of the timestamp
 field, so a second never spans two ranges and a same-second burst is always read by one keyset
-pager. Up to N slices each page one range at a time (the §5 query with ``ts <= b - 1s``, which is
-``ts < b`` for second-precision timestamps); the first range starts at the resume position, which
+pager. Up to N slices each page one range at a time (the §5 query from the range's start; the
+engine asks up to the backfill's ``HI`` and the board clips what lies at or past ``b``, so the
+first row of the next range ends this one); the first range starts at the resume position, which
 may name a row inside its first second.
 
 Pure, no I/O: the engine asks :class:`Backfill` which range a slice reads next, whether it may
@@ -31,6 +32,8 @@ and the clipped range is finished, since its page reached past its new end.
 A range is finished only by an empty page or a clipped one, never by a short page: the instance
 applies ``sysparm_limit`` before access rules, so a page shortened by ACLs says nothing about the
 rows after it (a sweep of one pager re-reads them in its next sweep; a range has no next sweep).
+A clipped page does: the rows come in cursor order, so a row past the end means every readable
+row before it was in the page.
 """
 
 from __future__ import annotations
