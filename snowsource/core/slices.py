@@ -140,11 +140,13 @@ class SliceRange:
         "acked_to",
         "end",
         "finished",
+        "page_seconds",
         "pending",
         "read_to",
         "reader",
         "reserved",
         "rows",
+        "short",
         "start",
     )
 
@@ -158,6 +160,8 @@ class SliceRange:
         self.reserved = 0  # rows a page in flight may return
         self.pending = 0  # pages read whose records are not acknowledged yet
         self.finished = False  # no more pages: every row of the range was returned
+        self.page_seconds: int | None = None  # seconds its last full page spanned (density)
+        self.short = False  # its last page was short: little or nothing is left to read
 
     @property
     def settled(self) -> bool:
@@ -279,14 +283,19 @@ class Backfill:
 
         The earliest range nobody reads, else the later half of the largest unread part of a
         range being read (its reader keeps the earlier half and the second it stands in).
+        "Largest" counts pages, not seconds: a range's density is what its last full page
+        spanned (a skewed table's dense month outweighs a sparse year), and a part expected to
+        hold fewer than two pages is not split — its reader gets there sooner than a new
+        request would (each range ends with one page of its own).
         """
         for r in self.ranges:
             if r.reader is None and not r.finished:
                 r.reader = reader
                 return r
+        seconds_a_page = self._seconds_a_page()
         victim = max(
-            (r for r in self.ranges if not r.finished and r.unread_seconds() >= 2),
-            key=SliceRange.unread_seconds,
+            (r for r in self.ranges if _worth_splitting(r, seconds_a_page)),
+            key=lambda r: _unread_pages(r, seconds_a_page),
             default=None,
         )
         if victim is None:
@@ -298,6 +307,12 @@ class Backfill:
         victim.end = middle
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
+
+    def _seconds_a_page(self) -> float:
+        """Seconds a full page spans on average so far (for ranges without a full page yet);
+        1 before any: then ranges compare by unread seconds."""
+        known = [r.page_seconds for r in self.ranges if r.page_seconds is not None]
+        return max(1.0, sum(known) / len(known)) if known else 1.0
 
     def may_fetch(self, r: SliceRange, limit: int) -> bool:
         """Whether ``r``'s reader may ask for a page of up to ``limit`` rows now.
@@ -334,6 +349,13 @@ class Backfill:
             keep -= 1
         if keep < len(keys) or not keys:
             r.finished = True
+        elif len(keys) >= limit:
+            r.page_seconds = max(0, seconds_between(r.after.ts, keys[-1][0]))
+        else:
+            # Short and not clipped: fewer than a page of readable rows lay ahead of it up to
+            # HI, so nothing worth handing over is left in the range.
+            r.page_seconds = None
+            r.short = True
         if keep:
             r.rows += keep
             r.read_to = Position(*keys[keep - 1])
@@ -365,3 +387,16 @@ class Backfill:
     def last_read(self) -> Position | None:
         """The furthest row any page returned: where a following sweep continues."""
         return max((r.read_to for r in self.ranges if r.read_to is not None), default=None)
+
+
+def _unread_pages(r: SliceRange, seconds_a_page: float) -> float:
+    """Pages ``r``'s unread part is expected to hold (from its own density when known)."""
+    spans = seconds_a_page if r.page_seconds is None else r.page_seconds
+    return r.unread_seconds() / spans if spans > 0 else float("inf")
+
+
+def _worth_splitting(r: SliceRange, seconds_a_page: float) -> bool:
+    """Whether handing over half of ``r``'s unread part saves a slice any time."""
+    if r.finished or r.short or r.unread_seconds() < 2:
+        return False
+    return _unread_pages(r, seconds_a_page) >= 2
