@@ -215,8 +215,13 @@ class Backfill:
             for span in split_span(start, hi, slices * ranges_per_slice)
         ]
         self.total_seconds = sum(seconds_between(r.start.ts, r.end) for r in self.ranges)
+        self._page_rows: int | None = None  # rows of the last full page any range read
 
     # ------------------------------------------------------------------ progress
+
+    def all_read(self) -> bool:
+        """Every range read to its end (acknowledged or not): nothing is left to take."""
+        return all(r.finished for r in self.ranges)
 
     def done(self) -> bool:
         """Every range read to its end and acknowledged: the stream phase may start."""
@@ -282,22 +287,28 @@ class Backfill:
         """The range an idle slice reads next; ``None`` when nothing is left to hand over.
 
         The earliest range nobody reads, else the later half of the largest unread part of a
-        range being read (its reader keeps the earlier half and the second it stands in).
+        range being read (its reader keeps the earlier half and the second it stands in). Also
+        when the earliest free range lies more than ``max_ahead`` rows (estimated) beyond the
+        prefix, the largest part before it is split instead: reading there would only spend
+        the max-ahead allowance the ranges next to the prefix need (a skewed table's dense
+        last range, taken early, held every other slice at the limit).
         "Largest" counts pages, not seconds: a range's density is what its last full page
         spanned (a skewed table's dense month outweighs a sparse year), and a part expected to
         hold fewer than two pages is not split — its reader gets there sooner than a new
         request would (each range ends with one page of its own).
         """
-        for r in self.ranges:
-            if r.reader is None and not r.finished:
-                r.reader = reader
-                return r
         seconds_a_page = self._seconds_a_page()
-        victim = max(
-            (r for r in self.ranges if _worth_splitting(r, seconds_a_page)),
-            key=lambda r: _unread_pages(r, seconds_a_page),
-            default=None,
-        )
+        free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
+        candidates = [r for r in self.ranges if _worth_splitting(r, seconds_a_page)]
+        if free is not None:
+            # A free range further from the prefix than max_ahead rows would only fill the
+            # max-ahead allowance and wait: help the ranges before it instead.
+            before = self.ranges.index(free)
+            candidates = [r for r in candidates if self.ranges.index(r) < before]
+            if not candidates or not self._beyond_reach(before, seconds_a_page):
+                free.reader = reader
+                return free
+        victim = max(candidates, key=lambda r: _unread_pages(r, seconds_a_page), default=None)
         if victim is None:
             return None
         unread = victim.unread_seconds()
@@ -307,6 +318,18 @@ class Backfill:
         victim.end = middle
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
+
+    def _beyond_reach(self, index: int, seconds_a_page: float) -> bool:
+        """Whether more than ``max_ahead`` rows are expected between the prefix and range
+        ``index`` (unknown until a full page told the page size)."""
+        if self._page_rows is None:
+            return False
+        pages = sum(
+            _unread_pages(r, seconds_a_page)
+            for r in self.ranges[self._prefix_index() : index]
+            if not r.finished
+        )
+        return pages * self._page_rows > self.max_ahead
 
     def _seconds_a_page(self) -> float:
         """Seconds a full page spans on average so far (for ranges without a full page yet);
@@ -355,6 +378,7 @@ class Backfill:
             r.finished = True
         elif len(keys) >= limit:
             r.page_seconds = max(0, seconds_between(r.after.ts, keys[-1][0]))
+            self._page_rows = limit
         else:
             # Short and not clipped: fewer than a page of readable rows lay ahead of it up to
             # HI, so nothing worth handing over is left in the range.

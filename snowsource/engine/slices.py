@@ -174,7 +174,12 @@ class SlicedBackfill:
                     await self._while_contended()
                 r = self.board.take(index)
                 if r is None:
-                    break
+                    if self.board.all_read():
+                        break
+                    # Nothing worth splitting yet: a range whose first page is in flight may
+                    # turn out dense. Look again after the table's next page.
+                    await self._next_page()
+                    continue
                 self._tools.recorder.slices(self.board.progress())
                 await self._read(r, delivery, producing)
             await _settle(producing)
@@ -277,12 +282,15 @@ class SlicedBackfill:
         first slice never waits here, and a reader that pages on into untouched ranges takes
         them over without a request (``Backfill.arrived``).
         """
-        tools = self._tools
         while self._contended() and not self.board.done():
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            if not await done_before(waiter, tools.stop.event):
-                raise StoppedError("stop requested")
+            await self._next_page()
+
+    async def _next_page(self) -> None:
+        """Wait until a slice of this table read a page or ended (``StoppedError`` on stop)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if not await done_before(waiter, self._tools.stop.event):
+            raise StoppedError("stop requested")
 
     def _contended(self) -> bool:
         """Requests wait for the session pool, or pages for the process's page budget."""

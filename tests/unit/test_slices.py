@@ -170,6 +170,27 @@ def test_a_part_of_less_than_two_pages_or_after_a_short_page_is_not_split() -> N
     assert (stolen.start.ts, first.end) == (ts(17), ts(17))
 
 
+def test_a_free_range_beyond_max_ahead_rows_waits_while_the_ranges_before_it_are_split() -> None:
+    b = board(seconds=400, slices=1, ranges_per_slice=2, max_ahead=50)
+    dense = b.take(0)
+    assert dense is not None
+    b.reserve(dense, 10)
+    b.arrived(dense, [(ts(i), str(i)) for i in range(1, 11)], 10)  # 10 s a page: 19 pages left
+    # 190 rows expected before the free range [200, 400): past max_ahead, so split the dense one.
+    stolen = b.take(1)
+    assert stolen is not None
+    assert (stolen.start.ts, stolen.end, dense.end) == (ts(105), ts(200), ts(105))
+    # A sparse prefix range leaves the free range within reach: it is taken.
+    sparse_board = board(seconds=400, slices=1, ranges_per_slice=2, max_ahead=50)
+    sparse = sparse_board.take(0)
+    assert sparse is not None
+    sparse_board.reserve(sparse, 10)
+    sparse_board.arrived(sparse, [(ts(i * 10), str(i)) for i in range(1, 11)], 10)
+    free = sparse_board.take(1)
+    assert free is not None
+    assert (free.start.ts, free.end) == (ts(200), ts(400))
+
+
 def test_a_range_of_one_unread_second_is_never_split() -> None:
     b = board(seconds=2, slices=1, ranges_per_slice=1)
     r = b.take(0)
