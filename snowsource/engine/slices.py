@@ -43,6 +43,7 @@ from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.slices import Backfill, SliceRange
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page
+from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.delivery import TableDelivery
 from snowsource.engine.reader import TableReader
@@ -55,9 +56,6 @@ from snowsource.runtime.retrying import StoppedError
 
 __all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
 
-#: Counts a delivered page and raises what its failure means; returns the records acked.
-Account = Callable[[PagePlan, PageAck | None, SweepCounts, Position], int]
-
 
 @dataclass(frozen=True)
 class SliceTools:
@@ -66,14 +64,21 @@ class SliceTools:
     spec: TableSpec
     reader: TableReader
     hooks: StreamHooks
-    #: A delivery for one slice: a fresh one each (at least once), or the table's own, whose
-    #: transactions are one at a time anyway (exactly once).
-    delivery: Callable[[], TableDelivery]
-    account: Account
     recorder: TableRecorder
-    now: Callable[[], datetime]  # instance time, for the lag while backfilling
     stop: StopSignal
+    #: The table's own delivery, and how to make another like it.
+    table_delivery: TableDelivery
+    fresh_delivery: Callable[[], TableDelivery]
+    now: Callable[[], datetime]  # instance time, for the lag while backfilling
     pages: PageBudget | None = None
+
+    def delivery(self) -> TableDelivery:
+        """A delivery for one slice: a fresh one each (at least once), so slices produce side
+        by side; the table's own with exactly once: one transactional producer per table, whose
+        transactions take turns anyway."""
+        if self.table_delivery.exactly_once:
+            return self.table_delivery
+        return self.fresh_delivery()
 
 
 async def sliced_sweep(
@@ -283,7 +288,8 @@ class SlicedBackfill:
         emitted = ack.acked if ack is not None else 0
         self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
         self._moved()  # the prefix first: the status shows the cursor it moved to
-        self._tools.account(plan, ack, self._counts, self._gen.cursor)
+        self._tools.recorder.page_delivered(self._counts, self._gen.cursor, plan, ack)
+        failures.refused(self._spec, plan, ack)
 
     # ------------------------------------------------------------------ the prefix
 
