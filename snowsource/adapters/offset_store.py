@@ -27,6 +27,7 @@ from snowsource.adapters.kafka import (
     KafkaConnection,
     TopicConfigError,
     admin_client,
+    close_fully,
     create_topic,
     describe_topic_configs,
     existing_topics,
@@ -118,7 +119,7 @@ async def topics_with_records(conn: KafkaConnection, topics: Collection[str]) ->
         first = await consumer.beginning_offsets(tps)
         end = await consumer.end_offsets(tps)
     finally:
-        await consumer.stop()
+        await close_fully(consumer)
     return sorted({tp.topic for tp in tps if end[tp] > first[tp]})
 
 
@@ -364,7 +365,7 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
                 remaining -= await waiting.stuck(remaining, OPEN_TRANSACTION_WAIT_SECONDS)
         finally:
-            await consumer.stop()
+            await close_fully(consumer)
         return data, written
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:
