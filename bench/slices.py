@@ -106,6 +106,8 @@ def run_case(name: str, runs: int, bootstrap: str, workdir: Path) -> dict[str, A
                         "rows_per_s": measured.rows / measured.wall,
                         "wall": measured.wall,
                         "peak_rss_mib": measured.peak_rss_mib,
+                        "daemon_cpu": measured.cpu / measured.wall,
+                        "emulator_cpu": measured.emulator_cpu / measured.wall,
                     }
                 )
                 if run == 0:
@@ -124,7 +126,15 @@ def _median(result: dict[str, Any], label: str, key: str) -> float:
 
 def table(result: dict[str, Any]) -> str:
     """Each configuration's figures, then the goals of SPEC §14.2 as checks."""
-    header = ["configuration", "rows/s", "wall s", "peak RSS MiB", "same records as 1 slice"]
+    header = [
+        "configuration",
+        "rows/s",
+        "wall s",
+        "peak RSS MiB",
+        "daemon CPU",
+        "emulator CPU",
+        "same records as 1 slice",
+    ]
     rows = [header]
     for label, _, _ in RUNS:
         rows.append(
@@ -133,6 +143,8 @@ def table(result: dict[str, Any]) -> str:
                 f"{_median(result, label, 'rows_per_s'):.0f}",
                 f"{_median(result, label, 'wall'):.1f}",
                 f"{_median(result, label, 'peak_rss_mib'):.0f}",
+                f"{_median(result, label, 'daemon_cpu'):.0%}",
+                f"{_median(result, label, 'emulator_cpu'):.0%}",
                 "yes" if result["same"].get(label) else "NO",
             ]
         )

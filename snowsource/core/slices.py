@@ -3,8 +3,9 @@
 SPEC §14.2. A backfill reads everything from a start position up to the sweep's high-water mark
 ``HI``. Here that span is cut into half-open ranges of whole seconds ``[a, b)`` of the timestamp
 field, so a second never spans two ranges and a same-second burst is always read by one keyset
-pager. Up to N slices each page one range at a time (the §5 query with ``ts <= b - 1s``, which is
-``ts < b`` for second-precision timestamps); the first range starts at the resume position, which
+pager. Up to N slices each page one range at a time (the §5 query from the range's start; the
+engine asks up to the backfill's ``HI`` and the board clips what lies at or past ``b``, so the
+first row of the next range ends this one); the first range starts at the resume position, which
 may name a row inside its first second.
 
 Pure, no I/O: the engine asks :class:`Backfill` which range a slice reads next, whether it may
@@ -31,6 +32,8 @@ and the clipped range is finished, since its page reached past its new end.
 A range is finished only by an empty page or a clipped one, never by a short page: the instance
 applies ``sysparm_limit`` before access rules, so a page shortened by ACLs says nothing about the
 rows after it (a sweep of one pager re-reads them in its next sweep; a range has no next sweep).
+A clipped page does: the rows come in cursor order, so a row past the end means every readable
+row before it was in the page.
 """
 
 from __future__ import annotations
@@ -137,11 +140,13 @@ class SliceRange:
         "acked_to",
         "end",
         "finished",
+        "page_seconds",
         "pending",
         "read_to",
         "reader",
         "reserved",
         "rows",
+        "short",
         "start",
     )
 
@@ -155,6 +160,8 @@ class SliceRange:
         self.reserved = 0  # rows a page in flight may return
         self.pending = 0  # pages read whose records are not acknowledged yet
         self.finished = False  # no more pages: every row of the range was returned
+        self.page_seconds: int | None = None  # seconds its last full page spanned (density)
+        self.short = False  # its last page was short: little or nothing is left to read
 
     @property
     def settled(self) -> bool:
@@ -276,14 +283,19 @@ class Backfill:
 
         The earliest range nobody reads, else the later half of the largest unread part of a
         range being read (its reader keeps the earlier half and the second it stands in).
+        "Largest" counts pages, not seconds: a range's density is what its last full page
+        spanned (a skewed table's dense month outweighs a sparse year), and a part expected to
+        hold fewer than two pages is not split — its reader gets there sooner than a new
+        request would (each range ends with one page of its own).
         """
         for r in self.ranges:
             if r.reader is None and not r.finished:
                 r.reader = reader
                 return r
+        seconds_a_page = self._seconds_a_page()
         victim = max(
-            (r for r in self.ranges if not r.finished and r.unread_seconds() >= 2),
-            key=SliceRange.unread_seconds,
+            (r for r in self.ranges if _worth_splitting(r, seconds_a_page)),
+            key=lambda r: _unread_pages(r, seconds_a_page),
             default=None,
         )
         if victim is None:
@@ -295,6 +307,12 @@ class Backfill:
         victim.end = middle
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
+
+    def _seconds_a_page(self) -> float:
+        """Seconds a full page spans on average so far (for ranges without a full page yet);
+        1 before any: then ranges compare by unread seconds."""
+        known = [r.page_seconds for r in self.ranges if r.page_seconds is not None]
+        return max(1.0, sum(known) / len(known)) if known else 1.0
 
     def may_fetch(self, r: SliceRange, limit: int) -> bool:
         """Whether ``r``'s reader may ask for a page of up to ``limit`` rows now.
@@ -331,6 +349,13 @@ class Backfill:
             keep -= 1
         if keep < len(keys) or not keys:
             r.finished = True
+        elif len(keys) >= limit:
+            r.page_seconds = max(0, seconds_between(r.after.ts, keys[-1][0]))
+        else:
+            # Short and not clipped: fewer than a page of readable rows lay ahead of it up to
+            # HI, so nothing worth handing over is left in the range.
+            r.page_seconds = None
+            r.short = True
         if keep:
             r.rows += keep
             r.read_to = Position(*keys[keep - 1])
@@ -362,3 +387,16 @@ class Backfill:
     def last_read(self) -> Position | None:
         """The furthest row any page returned: where a following sweep continues."""
         return max((r.read_to for r in self.ranges if r.read_to is not None), default=None)
+
+
+def _unread_pages(r: SliceRange, seconds_a_page: float) -> float:
+    """Pages ``r``'s unread part is expected to hold (from its own density when known)."""
+    spans = seconds_a_page if r.page_seconds is None else r.page_seconds
+    return r.unread_seconds() / spans if spans > 0 else float("inf")
+
+
+def _worth_splitting(r: SliceRange, seconds_a_page: float) -> bool:
+    """Whether handing over half of ``r``'s unread part saves a slice any time."""
+    if r.finished or r.short or r.unread_seconds() < 2:
+        return False
+    return _unread_pages(r, seconds_a_page) >= 2

@@ -7,8 +7,9 @@ or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. Th
 - the ranges are cut from the window's first row on (one small request), not from
   ``start.timestamp``;
 - one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
-  query restricted to the range, produce each page as it arrives, repeat until nothing is left
-  to take or steal;
+  query from the range's start up to the backfill's HI (the first row past the range's end
+  finishes it: no empty request per range), produce each page as it arrives while fetching the
+  next (one unacknowledged page per slice), repeat until nothing is left to take or steal;
 - before each page a slice outside the prefix range waits until ``backfill.max.ahead.rows``
   allows it, and until the table has a committed offset at all (so a crash never leaves records
   ahead of a table that has no offset: the §13.4 rebuild needs a committed cursor to start from);
@@ -29,6 +30,7 @@ the table restarts from its committed offset, exactly like the single pager.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -168,61 +170,104 @@ class SlicedBackfill:
 
     async def _slice(self, index: int) -> None:
         delivery = self._tools.delivery()
+        # The page whose acks this slice awaits while it fetches the next (at most one: one
+        # unacknowledged page per slice, as one pager has per table, SPEC §5 pipelining).
+        producing: list[asyncio.Task[None]] = []
         try:
             while not self._tools.stop.is_set():
                 r = self.board.take(index)
                 if r is None:
-                    return
+                    break
                 self._tools.recorder.slices(self.board.progress())
-                await self._read(r, delivery)
+                await self._read(r, delivery, producing)
+            await _settle(producing)
         except StoppedError:
-            return  # the page in production finished (or ran out of the stop's deadline)
+            # The page in production finishes (or runs out of the stop's deadline) first.
+            with contextlib.suppress(StoppedError):
+                await _settle(producing)
+        except BaseException:
+            for task in producing:
+                task.cancel()
+            await asyncio.gather(*producing, return_exceptions=True)
+            raise
         finally:
             self._wake()
 
-    async def _read(self, r: SliceRange, delivery: TableDelivery) -> None:
-        """Page ``r`` until it is finished (read to its end, or its end handed over)."""
+    async def _read(
+        self, r: SliceRange, delivery: TableDelivery, producing: list[asyncio.Task[None]]
+    ) -> None:
+        """Page ``r`` until it is finished (read to its end, or its end handed over).
+
+        Pages ask for rows up to the backfill's ``HI``, not the range's end: the first row past
+        the end finishes the range (the board clips it), so a range ends without an extra empty
+        request — and, unlike a short page, that proves the end even when ACLs shorten pages.
+        The next page is asked for as soon as this one's last position is known, before it is
+        planned and produced, so a slice keeps its request slot as busy as one pager does.
+        """
         tools, spec, board = self._tools, self._spec, self.board
         cursor = late_floor = max(r.start, self._committed)
         previous: Position | None = None
         previous_full = False
-        while not r.finished:
-            reserved = tools.reader.sizer.size
-            await self._admitted(r, reserved)
-            after, hi = r.after, r.hi
-            board.reserve(r, reserved)
-            try:
-                page, limit = await self._fetch(after, hi)
-            except BaseException:
-                board.cancelled(r, reserved)
-                raise
-            try:
-                tools.recorder.page_read(self._counts)
-                rows = page.rows
-                await tools.hooks.prepare(rows)
-                keys = page_positions(
-                    spec, tools.hooks.shaper, rows, after=after, hi=hi, previous=previous
-                )
-                if not keys and (previous_full or previous is None):
-                    # A range's first page says nothing came before it: an empty one may be a
-                    # page of rows the user cannot read (ACLs apply after sysparm_limit); it is
-                    # stuck only when a whole page of matches was hidden. Asked before the
-                    # board hears of the page: an empty page finishes the range, and the other
-                    # slices' prefix must not pass it while the count is in flight.
-                    await tools.reader.check_hidden(
-                        after, hi, at_least=1 if previous_full else limit
-                    )
-                keep = board.arrived(r, keys, reserved)
-                if keep:
-                    plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
-                    del page, rows
-                    cursor = plan.cursor or cursor
-                    await self._deliver(r, plan, delivery)
-                    previous = Position(*keys[keep - 1])
-                previous_full = len(keys) >= limit
-            finally:
-                self._release()
-            self._moved()
+        fetch: asyncio.Task[_Fetched] | None = asyncio.create_task(self._fetch_for(r))
+        try:
+            while fetch is not None:
+                got = await fetch
+                fetch, limit = None, got.limit
+                handed_over = False
+                try:
+                    tools.recorder.page_read(self._counts)
+                    rows = got.page.rows
+                    await tools.hooks.prepare(rows)
+                    keys = page_positions(
+                        spec, tools.hooks.shaper, rows, after=got.after, hi=got.hi,
+                        previous=previous,
+                    )  # fmt: skip
+                    if not keys and (previous_full or previous is None):
+                        # A range's first page says nothing came before it: an empty one may
+                        # be a page of rows the user cannot read (ACLs apply after
+                        # sysparm_limit); it is stuck only when a whole page of the range's
+                        # matches was hidden. Asked before the board hears of the page: an
+                        # empty page finishes the range, and the other slices' prefix must not
+                        # pass it while the count is in flight.
+                        await tools.reader.check_hidden(
+                            got.after, got.end_hi, at_least=1 if previous_full else limit
+                        )
+                    keep = board.arrived(r, keys, got.reserved)
+                    if not r.finished:
+                        fetch = asyncio.create_task(self._fetch_for(r))
+                    if keep:
+                        plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
+                        del got, rows
+                        cursor = plan.cursor or cursor
+                        await _settle(producing)
+                        producing.append(
+                            asyncio.create_task(self._produce(r, plan, delivery), name="slice-page")
+                        )
+                        handed_over = True
+                        previous = Position(*keys[keep - 1])
+                    previous_full = len(keys) >= limit
+                finally:
+                    if not handed_over:
+                        self._release()
+                self._moved()
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+
+    async def _fetch_for(self, r: SliceRange) -> _Fetched:
+        """``r``'s next page: once admitted, reserved on the board, and fetched."""
+        board = self.board
+        reserved = self._tools.reader.sizer.size
+        await self._admitted(r, reserved)
+        after, end_hi, hi = r.after, r.hi, board.hi
+        board.reserve(r, reserved)
+        try:
+            page, limit = await self._fetch(after, hi)
+        except BaseException:
+            board.cancelled(r, reserved)
+            raise
+        return _Fetched(page, limit, after, end_hi, hi, reserved)
 
     async def _admitted(self, r: SliceRange, limit: int) -> None:
         """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
@@ -275,6 +320,13 @@ class SlicedBackfill:
             dedup=self._gen.dedup,
             keep_from=min(keys[-1][0], self._keep_from),
         )
+
+    async def _produce(self, r: SliceRange, plan: PagePlan, delivery: TableDelivery) -> None:
+        """Deliver a page while its slice fetches the next; its page slot is free after."""
+        try:
+            await self._deliver(r, plan, delivery)
+        finally:
+            self._release()
 
     async def _deliver(self, r: SliceRange, plan: PagePlan, delivery: TableDelivery) -> None:
         """Produce a page and wait for its acks; the prefix then takes them in."""
@@ -332,3 +384,22 @@ class SlicedBackfill:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """A page fetched for a range, with the window it was asked for."""
+
+    page: Page
+    limit: int
+    after: Position
+    end_hi: str  # the range's last second when the page was asked for (its count's bound)
+    hi: str  # the query's upper bound: the backfill's HI
+    reserved: int  # rows reserved on the board for it
+
+
+async def _settle(producing: list[asyncio.Task[None]]) -> None:
+    """Wait for the page in production (its acks, the prefix it moves); raise its failure."""
+    while producing:
+        await producing[0]  # left in the list when it raises or we are cancelled: cancelled there
+        producing.pop(0)

@@ -54,13 +54,24 @@ async def _keys_are(env: Env, keys: set[str]) -> bool:
 
 
 def _page_windows(env: Env) -> set[str]:
-    """The upper bounds (``ts<=X``) of the page queries the instance received."""
+    """The upper bounds (``ts<=X``) of the page queries the instance received (not counts)."""
     bounds = set()
     for request in env.emu.journal.for_table("incident"):
         query = request.params.get("sysparm_query", "")
-        if "ORDERBY" in query and f"{TS}<=" in query:
+        counting = request.params.get("sysparm_no_count") == "false"
+        if "ORDERBY" in query and f"{TS}<=" in query and not counting:
             bounds.add(query.split(f"{TS}<=")[1].split("^")[0])
     return bounds
+
+
+def _range_starts(env: Env) -> set[str]:
+    """The seconds page queries started at from an empty id (``ts>=X``: a range's first page)."""
+    starts = set()
+    for request in env.emu.journal.for_table("incident"):
+        query = request.params.get("sysparm_query", "")
+        if "ORDERBY" in query and query.startswith(f"{TS}>="):
+            starts.add(query.split(f"{TS}>=")[1].split("^")[0])
+    return starts
 
 
 async def _backfill(
@@ -109,9 +120,11 @@ async def test_one_and_four_slices_end_with_the_same_records_and_offset(env: Env
     assert max(_pairs(four_records).values()) == 1
     assert four_offset == one_offset
     assert one_offset["phase"] == "stream"
-    # One pager asked up to HI only; the slices asked range by range.
+    # Every page asked up to HI (a slice's range ends at the first row past it, not with an
+    # empty request); the slices started a page at each range's first second.
     assert one_windows == {hi}
-    assert len(_page_windows(env)) >= 4 * RANGES_PER_SLICE - 1
+    assert _page_windows(env) == {hi}
+    assert len(_range_starts(env)) >= 4 * RANGES_PER_SLICE - 1
 
 
 async def test_updates_during_a_sliced_backfill_end_on_every_rows_newest_version(env: Env) -> None:

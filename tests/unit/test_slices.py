@@ -124,8 +124,8 @@ def test_stealing_splits_the_largest_unread_part_at_its_midpoint() -> None:
     first, second = b.take(0), b.take(1)
     assert first is not None
     assert second is not None
-    b.reserve(second, 10)
-    b.arrived(second, [(ts(21), "a")], 10)  # second has read into 21: 19 unread seconds
+    b.reserve(second, 1)
+    b.arrived(second, [(ts(21), "a")], 1)  # a full page into 21: 19 unread seconds, 1 s a page
     stolen = b.take(2)
     assert stolen is not None
     # first: 20 unread seconds from 0 (largest); split at 0 + 10
@@ -135,6 +135,39 @@ def test_stealing_splits_the_largest_unread_part_at_its_midpoint() -> None:
     assert again is not None
     # second: unread [21, 40) = 19 seconds, larger than first's or stolen's 10
     assert (again.start.ts, again.end, second.end) == (ts(30), ts(40), ts(30))
+
+
+def test_stealing_weighs_ranges_by_pages_not_seconds() -> None:
+    b = board(seconds=400, slices=1, ranges_per_slice=2)
+    sparse, dense = b.take(0), b.take(1)
+    assert sparse is not None
+    assert dense is not None
+    b.reserve(sparse, 10)
+    b.arrived(sparse, [(ts(i * 10), str(i)) for i in range(1, 11)], 10)  # 100 s a page
+    b.reserve(dense, 10)
+    b.arrived(dense, [(ts(200), str(i)) for i in range(10)], 10)  # a same-second burst
+    # sparse: 100 unread seconds, one page; dense: 200 seconds at 0 s a page
+    stolen = b.take(2)
+    assert stolen is not None
+    assert (stolen.start.ts, dense.end) == (ts(300), ts(300))
+
+
+def test_a_part_of_less_than_two_pages_or_after_a_short_page_is_not_split() -> None:
+    b = board(seconds=40, slices=1, ranges_per_slice=2)
+    first, second = b.take(0), b.take(1)
+    assert first is not None
+    assert second is not None
+    b.reserve(first, 2)
+    b.arrived(first, [(ts(1), "a"), (ts(12), "b")], 2)  # 12 s a page, 8 unread: < 2 pages
+    b.reserve(second, 5)
+    b.arrived(second, [(ts(21), "a")], 5)  # short: little is left up to HI
+    assert not second.finished
+    assert b.take(2) is None
+    b.reserve(first, 2)
+    b.arrived(first, [(ts(13), "c"), (ts(14), "d")], 2)  # denser now: 2 s a page, 6 unread
+    stolen = b.take(2)
+    assert stolen is not None
+    assert (stolen.start.ts, first.end) == (ts(17), ts(17))
 
 
 def test_a_range_of_one_unread_second_is_never_split() -> None:
