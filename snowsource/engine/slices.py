@@ -223,15 +223,7 @@ class SlicedBackfill:
                         previous=previous,
                     )  # fmt: skip
                     if not keys and (previous_full or previous is None):
-                        # A range's first page says nothing came before it: an empty one may
-                        # be a page of rows the user cannot read (ACLs apply after
-                        # sysparm_limit); it is stuck only when a whole page of the range's
-                        # matches was hidden. Asked before the board hears of the page: an
-                        # empty page finishes the range, and the other slices' prefix must not
-                        # pass it while the count is in flight.
-                        await tools.reader.check_hidden(
-                            got.after, got.end_hi, at_least=1 if previous_full else limit
-                        )
+                        await self._hidden_rows(got, after_full_page=previous_full)
                     keep = board.arrived(r, keys, got.reserved)
                     if not r.finished:
                         fetch = asyncio.create_task(self._fetch_for(r))
@@ -254,6 +246,18 @@ class SlicedBackfill:
             if fetch is not None:
                 fetch.cancel()
                 await asyncio.gather(fetch, return_exceptions=True)
+
+    async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
+        """Fail the table when an empty page of a range hid a whole page of its matches.
+
+        A range's first page says nothing came before it: an empty one may be a page of rows
+        the user cannot read (ACLs apply after sysparm_limit); it is stuck only when a whole
+        page of the range's matches was hidden. Asked before the board hears of the page: an
+        empty page finishes the range, and the other slices' prefix must not pass it while the
+        count is in flight.
+        """
+        at_least = 1 if after_full_page else got.limit
+        await self._tools.reader.check_hidden(got.after, got.end_hi, at_least=at_least)
 
     async def _fetch_for(self, r: SliceRange) -> _Fetched:
         """``r``'s next page: once admitted, reserved on the board, and fetched."""
