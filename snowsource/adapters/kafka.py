@@ -85,6 +85,28 @@ async def close_fully(client: Any, *, within: float = CLOSE_TIMEOUT_SECONDS) -> 
     return True
 
 
+#: How long a start a cancel arrived in may still take: a healthy broker answers a bootstrap's
+#: metadata request in milliseconds; one that does not is left to its own timeout.
+START_ON_CANCEL_SECONDS = 1.0
+
+
+async def start_fully(client: Any, *, within: float = START_ON_CANCEL_SECONDS) -> None:
+    """``client.start()``, which a cancel of this task does not interrupt: the cancel is
+    raised once the start ended (or ``within`` seconds after the cancel). aiokafka's bootstrap
+    drops the connection it is asking when cancelled mid-request, never closing it; the
+    caller's ``close_fully`` closes everything a finished start opened."""
+    starting = asyncio.ensure_future(client.start())
+    try:
+        await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await asyncio.wait({starting}, timeout=within)
+        if not starting.done():
+            starting.cancel()
+        elif not starting.cancelled():
+            starting.exception()  # retrieved: the cancel is what this task raises
+        raise
+
+
 async def _ended(closing: asyncio.Future[Any], client: Any) -> bool:
     """Whether ``closing`` finished; if not, it is cancelled and the client's sockets closed."""
     if closing.done():
@@ -236,7 +258,7 @@ async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClie
     """An admin client that is always closed."""
     admin = AIOKafkaAdminClient(**conn.client_kwargs())
     try:
-        await admin.start()
+        await start_fully(admin)
         yield admin
     finally:
         await close_fully(admin)
@@ -340,7 +362,7 @@ async def high_watermarks(
         **conn.client_kwargs(), group_id=None, isolation_level="read_uncommitted"
     )
     try:
-        await consumer.start()
+        await start_fully(consumer)
         return dict(await consumer.end_offsets(partitions))
     finally:
         await close_fully(consumer)

@@ -32,6 +32,7 @@ from snowsource.adapters.kafka import (
     describe_topic_configs,
     existing_topics,
     high_watermarks,
+    start_fully,
     stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
@@ -113,7 +114,7 @@ async def topics_with_records(conn: KafkaConnection, topics: Collection[str]) ->
         return []
     consumer = AIOKafkaConsumer(**conn.client_kwargs(), group_id=None, enable_auto_commit=False)
     try:
-        await consumer.start()
+        await start_fully(consumer)
         tps = [TopicPartition(t, p) for t, count in found.items() for p in range(count)]
         # Beginning, not zero: a topic whose records all expired holds nothing to replay over.
         first = await consumer.beginning_offsets(tps)
@@ -345,7 +346,7 @@ class OffsetStore(AsyncResource):
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         try:
-            await consumer.start()
+            await start_fully(consumer)
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             remaining = {tp for tp in tps if end[tp] > 0}

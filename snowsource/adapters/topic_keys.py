@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from snowsource.adapters.kafka import KafkaConnection, admin_client, close_fully, existing_topics
+from snowsource.adapters.kafka import (
+    KafkaConnection,
+    admin_client,
+    close_fully,
+    existing_topics,
+    start_fully,
+)
 from snowsource.core.reconcile import LiveKeys, LiveKeysBuilder
 
 _FETCH_RECORDS = 10000
@@ -51,7 +57,7 @@ async def read_live_keys(
         auto_offset_reset="earliest",
     )
     try:
-        await consumer.start()
+        await start_fully(consumer)
         tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         begin = await consumer.beginning_offsets(tps)

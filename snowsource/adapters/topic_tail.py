@@ -39,6 +39,7 @@ from snowsource.adapters.kafka import (
     close_fully,
     existing_topics,
     high_watermarks,
+    start_fully,
 )
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
@@ -208,7 +209,7 @@ async def _walk_partitions(  # noqa: PLR0917 - one private helper of read_window
         auto_offset_reset="earliest",
     )
     try:
-        await consumer.start()
+        await start_fully(consumer)
         consumer.assign(tps)
         begin = await consumer.beginning_offsets(tps)
         walks = [_Walk(tp, begin[tp], end[tp], first_step) for tp in tps]

@@ -1,4 +1,4 @@
-"""A Kafka client's close runs to its end even when its caller is cancelled meanwhile.
+"""A Kafka client's start and close run to their end even when their caller is cancelled.
 
 aiokafka closes a client's connections last; a cancel arriving in the middle of ``stop()`` (a
 poller cancelled at the shutdown deadline while it closes its dedup-rebuild consumer) would
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from snowsource.adapters.kafka import close_fully
+from snowsource.adapters.kafka import close_fully, start_fully
 
 
 @dataclass
@@ -34,9 +34,16 @@ class SlowClient:
 
     def __init__(self) -> None:
         self._client = FakeKafkaClient()
+        self.starting = asyncio.Event()
         self.stopping = asyncio.Event()
+        self.started = False
         self.release = asyncio.Event()
         self.stopped = False
+
+    async def start(self) -> None:
+        self.starting.set()
+        await self.release.wait()
+        self.started = True
 
     async def stop(self) -> None:
         self.stopping.set()
@@ -79,3 +86,24 @@ async def test_a_close_in_time_returns_true_and_raises_its_own_error() -> None:
 
     with pytest.raises(RuntimeError, match="stop failed"):
         await close_fully(Failing())
+
+
+async def test_a_cancel_during_the_start_lets_it_finish_then_is_raised() -> None:
+    client = SlowClient()
+    starting = asyncio.create_task(start_fully(client))
+    await client.starting.wait()
+    starting.cancel()
+    client.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert client.started  # the bootstrap finished: what it opened is the client's to close
+
+
+async def test_a_start_that_cannot_finish_after_a_cancel_is_given_up() -> None:
+    client = SlowClient()
+    starting = asyncio.create_task(start_fully(client, within=0.05))
+    await client.starting.wait()
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert not client.started
