@@ -172,6 +172,10 @@ class ServiceNowClient(AsyncResource):
         """The session pool now (limit, sessions, in flight); None before start and after close."""
         return self._pool.status() if self._pool is not None else None
 
+    def requests_waiting(self) -> int:
+        """Requests waiting for the session pool's grant now (0 before start and after close)."""
+        return self._pool.status().waiting if self._pool is not None else 0
+
     async def start(self) -> None:
         """Open the connector and the session pool (``async with client:`` does it)."""
         if self._closed:

@@ -340,10 +340,14 @@ class Backfill:
     def arrived(self, r: SliceRange, keys: Sequence[tuple[str, str]], limit: int) -> int:
         """A page for ``r`` arrived with rows at ``keys`` (in cursor order); how many to keep.
 
-        Rows at or past the range's end (it was split while the page was in flight) are the
-        new owner's: they are dropped and the range is finished. An empty page finishes it too.
+        Rows at or past the range's end belong to the next range. When nobody has started
+        that one, ``r`` takes it over (one reader paging on costs no request, where a new
+        range's first page would); otherwise they are the next reader's: they are dropped and
+        ``r`` is finished. An empty page finishes it too.
         """
         r.reserved = max(0, r.reserved - limit)
+        if keys and keys[-1][0] >= r.end:
+            self._absorb(r, keys[-1][0])
         keep = len(keys)
         while keep and keys[keep - 1][0] >= r.end:
             keep -= 1
@@ -361,6 +365,17 @@ class Backfill:
             r.read_to = Position(*keys[keep - 1])
             r.pending += 1
         return keep
+
+    def _absorb(self, r: SliceRange, upto: str) -> None:
+        """Extend ``r`` over the untouched ranges after it, as far as second ``upto``."""
+        index = self.ranges.index(r)
+        while r.end <= upto and index + 1 < len(self.ranges):
+            after = self.ranges[index + 1]
+            untouched = after.reader is None and not after.finished and after.rows == 0
+            if not (untouched and after.reserved == 0 and after.start == Position(r.end, "")):
+                return
+            r.end = after.end
+            del self.ranges[index + 1]
 
     def acked(self, r: SliceRange, last_emitted: Position | None) -> None:
         """The records of ``r``'s oldest unacknowledged page are acknowledged.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
@@ -22,6 +22,13 @@ class PageSource(Protocol):
     async def get_page(
         self, table: str, params: Mapping[str, str], *, label: str | None = None
     ) -> Page: ...
+
+
+@runtime_checkable
+class SharedSource(Protocol):
+    """A page source shared by several readers (the session pool): how many requests wait."""
+
+    def requests_waiting(self) -> int: ...
 
 
 class Sink(Protocol):

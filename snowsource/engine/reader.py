@@ -27,7 +27,7 @@ from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page, clock_probe_params, first_row_params, page_params
 from snowsource.engine.clock_probe import observed
 from snowsource.engine.failures import FailureSource, FailureTracker
-from snowsource.engine.ports import PageSource
+from snowsource.engine.ports import PageSource, SharedSource
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, StoppedError, retrying
 
@@ -52,6 +52,12 @@ class TableReader:
         self._log = log
         self._failures = failures
         self.sizer = PageSizer(spec.batch_size)
+
+    def contended(self) -> bool:
+        """Whether requests (of any table) wait for the instance now: one more reader of this
+        table would only queue behind them."""
+        client = self._client
+        return isinstance(client, SharedSource) and client.requests_waiting() > 0
 
     async def page(self, after: Position, hi: str) -> tuple[Page, int]:
         """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with."""

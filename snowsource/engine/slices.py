@@ -175,6 +175,8 @@ class SlicedBackfill:
         producing: list[asyncio.Task[None]] = []
         try:
             while not self._tools.stop.is_set():
+                if index > 0:
+                    await self._while_contended()
                 r = self.board.take(index)
                 if r is None:
                     break
@@ -272,6 +274,29 @@ class SlicedBackfill:
             board.cancelled(r, reserved)
             raise
         return _Fetched(page, limit, after, end_hi, hi, reserved)
+
+    async def _while_contended(self) -> None:
+        """A slice other than the first starts a range only while the instance has room.
+
+        When requests (of this table or others) already wait for the session pool or the page
+        budget, another range would add requests (each range ends with a page of its own) and
+        no concurrency: eight backfilling tables on eight sessions read as fast with one pager
+        each. The slice
+        waits for its table's next page (or the backfill's end) and looks again; its table's
+        first slice never waits here, and a reader that pages on into untouched ranges takes
+        them over without a request (``Backfill.arrived``).
+        """
+        tools = self._tools
+        while self._contended() and not self.board.done():
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            if not await done_before(waiter, tools.stop.event):
+                raise StoppedError("stop requested")
+
+    def _contended(self) -> bool:
+        """Requests wait for the session pool, or pages for the process's page budget."""
+        pages = self._tools.pages
+        return self._tools.reader.contended() or (pages is not None and pages.waiting > 0)
 
     async def _admitted(self, r: SliceRange, limit: int) -> None:
         """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""

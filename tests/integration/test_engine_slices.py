@@ -31,6 +31,7 @@ from tests.integration.engine import (
     read_offsets,
     read_topic,
     running,
+    settings_from,
     sweeps_after,
 )
 from tests.kafka_support import unique
@@ -121,10 +122,11 @@ async def test_one_and_four_slices_end_with_the_same_records_and_offset(env: Env
     assert four_offset == one_offset
     assert one_offset["phase"] == "stream"
     # Every page asked up to HI (a slice's range ends at the first row past it, not with an
-    # empty request); the slices started a page at each range's first second.
+    # empty request); the four slices started ranges of their own (beside the first-row probe
+    # from start.timestamp; a slice paging on into a range nobody started takes it over).
     assert one_windows == {hi}
     assert _page_windows(env) == {hi}
-    assert len(_range_starts(env)) >= 4 * RANGES_PER_SLICE - 1
+    assert len(_range_starts(env) - {"1970-01-01 00:00:00"}) >= 4
 
 
 async def test_updates_during_a_sliced_backfill_end_on_every_rows_newest_version(env: Env) -> None:
@@ -258,3 +260,36 @@ async def _offset_history(env: Env) -> list[tuple[str, str]]:
 
 
 pytestmark = pytest.mark.timeout(240)
+
+
+async def test_slices_of_tables_sharing_a_busy_pool_page_on_instead_of_starting_ranges(
+    env: Env,
+) -> None:
+    # Two backfilling tables and one request slot: requests always queue, so the extra slices
+    # start no range after their first, and the slice still reading pages on into the ranges
+    # nobody started (no new range's first page, no page of the range's end alone).
+    env.emu.clock.follow_wall_clock(False)
+    now = env.emu.clock.now()
+    first = now - timedelta(hours=2)
+    for table in ("incident", "change_request"):
+        for second in range(0, 7200, 4):
+            env.emu.insert(table, {"short_description": "x"}, at=first + timedelta(seconds=second))
+    document = env.document(
+        {"incident": {"name": "incident"}, "changes": {"name": "change_request"}},
+        **{"backfill.slices": 4, "batch.size": 100},
+    )
+    document["snow"]["http"]["max.concurrent.requests"] = 1
+    async with running(settings_from(env.tmp_path, document)) as daemon:
+        await poll_until(caught_up(daemon, "incident", "changes"), timeout=120)
+    for table, alias in (("incident", "incident"), ("change_request", "changes")):
+        records = await read_topic(env.bootstrap, env.topic(alias))
+        keys = Counter(r.key.decode() for r in records if r.key)
+        assert set(keys) == {r["sys_id"] for r in env.emu.rows(table)}
+        assert max(keys.values()) == 1
+        starts = {
+            q.split(f"{TS}>=")[1].split("^")[0]
+            for q in (r.params.get("sysparm_query", "") for r in env.emu.journal.for_table(table))
+            if "ORDERBY" in q and q.startswith(f"{TS}>=")
+        }
+        # 16 ranges were cut; at most the four first ones and a few more were ever started.
+        assert len(starts) < 4 * RANGES_PER_SLICE - 4, sorted(starts)

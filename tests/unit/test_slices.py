@@ -196,6 +196,26 @@ def test_a_page_reaching_past_a_split_is_clipped_and_finishes_its_range() -> Non
     assert r.rows == 2
 
 
+def test_a_page_reaching_into_untouched_ranges_takes_them_over() -> None:
+    b = board(seconds=40, slices=1, ranges_per_slice=4)  # [0,10) [10,20) [20,30) [30,40)
+    first = b.take(0)
+    assert first is not None
+    b.reserve(first, 4)
+    keys = [(ts(5), "a"), (ts(12), "b"), (ts(21), "c"), (ts(22), "d")]
+    assert b.arrived(first, keys, 4) == 4  # nobody started [10,20) or [20,30): all kept
+    assert not first.finished
+    assert (first.end, first.read_to) == (ts(30), Position(ts(22), "d"))
+    assert [(r.start.ts, r.end) for r in b.ranges] == [(ts(0), ts(30)), (ts(30), ts(40))]
+    last = b.take(1)
+    assert last is not None
+    assert last.start.ts == ts(30)
+    b.reserve(first, 4)
+    # [30,40) has a reader now: its rows are clipped and the range ends.
+    assert b.arrived(first, [(ts(29), "e"), (ts(30), "f")], 4) == 1
+    assert first.finished
+    assert first.end == ts(30)
+
+
 def test_an_empty_page_finishes_a_range_and_a_short_one_does_not() -> None:
     b = board(seconds=10, slices=1, ranges_per_slice=1)
     r = b.take(0)
