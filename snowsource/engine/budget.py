@@ -16,33 +16,57 @@ from __future__ import annotations
 
 import asyncio
 
+from snowsource.core.grants import FairQueue
+
 
 class PageBudget:
-    """Slots for pages fetched but not yet produced, shared by every table of a generation."""
+    """Slots for pages fetched but not yet produced, shared by every table of a generation.
+
+    Waiting tables take turns (round-robin by key, ``core.grants.FairQueue``, like the session
+    pool's grants): a table with several readers (backfill slices) gets one turn among the
+    others, so a streaming table never waits behind more than one page of each backfill.
+    """
 
     def __init__(self, slots: int) -> None:
         if slots < 2:
             raise ValueError(f"a page budget needs two slots for one table to fetch ahead: {slots}")
         self.slots = slots
-        self._free = asyncio.Semaphore(slots)
-        self._waiting = 0
+        self._free = slots
+        self._queue: FairQueue[asyncio.Future[None]] = FairQueue()
+
+    @property
+    def free(self) -> int:
+        """Slots no page holds now."""
+        return self._free
 
     @property
     def waiting(self) -> int:
-        """Pollers waiting for a slot: with many tables, most of them (holding no page)."""
-        return self._waiting
+        """Readers waiting for a slot: with many tables, most of them (holding no page)."""
+        return len(self._queue)
 
-    async def acquire(self) -> None:
-        """Wait for a free slot."""
-        self._waiting += 1
+    async def acquire(self, key: str = "") -> None:
+        """Wait for a free slot; ``key`` (a table's alias) is whose turn it takes."""
+        if self._free > 0 and not len(self._queue):
+            self._free -= 1
+            return
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.push(key, ticket)
         try:
-            await self._free.acquire()
-        finally:
-            self._waiting -= 1
+            await ticket
+        except BaseException:
+            # Cancelled while waiting: withdraw; granted just before: the slot goes on.
+            if not self._queue.remove(key, ticket) and ticket.done() and not ticket.cancelled():
+                self.release()
+            raise
 
     def release(self) -> None:
-        """Give a slot back (its page was produced, dropped or never arrived)."""
-        self._free.release()
+        """Give a slot back (its page was produced, dropped or never arrived): to the next
+        table in turn when one waits."""
+        while (ticket := self._queue.pop()) is not None:
+            if not ticket.done():
+                ticket.set_result(None)
+                return
+        self._free += 1
 
 
 def page_slots(max_concurrent_requests: int) -> int:

@@ -140,7 +140,7 @@ class PageStream:
         """A page, once the page budget has room for it; the slot goes with the page."""
         if self._budget is None:
             return await self._reader.page(after, self.span.hi)
-        await self._budget.acquire()
+        await self._budget.acquire(self._name)
         try:
             return await self._reader.page(after, self.span.hi)
         except BaseException:

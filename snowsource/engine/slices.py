@@ -313,7 +313,7 @@ class SlicedBackfill:
         """A page, once the page budget has room; abandoned at once when stop is requested."""
         tools = self._tools
         if tools.pages is not None:
-            await tools.pages.acquire()
+            await tools.pages.acquire(self._spec.alias)
         fetch = asyncio.ensure_future(tools.reader.page(after, hi))
         arrived = False
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import weakref
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,7 @@ async def test_three_tables_share_two_slots_and_every_slot_comes_back(world: Wor
     for run in runs[1:]:
         await run.task
     assert all(r.poller.status.state == TableState.STOPPED for r in runs)
-    assert budget._free._value == 2  # every slot was given back, the prefetch's included
+    assert budget.free == 2  # every slot was given back, the prefetch's included
 
 
 class _Rows(list[dict[str, Any]]):
@@ -174,4 +175,52 @@ async def test_pages_in_memory_across_tables_stay_within_the_budget(world: World
     await runs[0].finish()
     for run in runs[1:]:
         await run.task
-    assert budget._free._value == budget.slots
+    assert budget.free == budget.slots
+
+
+def _reached(granted: list[str], count: int) -> bool:
+    return len(granted) == count
+
+
+async def test_waiting_tables_take_turns_whatever_each_queued() -> None:
+    budget = PageBudget(2)
+    await budget.acquire("held")
+    await budget.acquire("held")
+    granted: list[str] = []
+
+    async def reader(key: str) -> None:
+        await budget.acquire(key)
+        granted.append(key)
+
+    # Five backfills queue four slices' pages each, then a streaming table asks once.
+    tasks = [asyncio.create_task(reader(f"backfill{b}")) for _ in range(4) for b in range(5)]
+    await poll_until(lambda: budget.waiting == 20)
+    tasks.append(asyncio.create_task(reader("stream")))
+    await poll_until(lambda: budget.waiting == 21)
+    for expected in range(1, 22):
+        budget.release()
+        await poll_until(functools.partial(_reached, granted, expected))
+    # One page of each backfill at most comes before the stream's.
+    assert granted.index("stream") <= 5
+    assert budget.free == 0
+    await asyncio.gather(*tasks)
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_a_granted_one_passes_its_slot_on() -> None:
+    budget = PageBudget(2)
+    await budget.acquire("a")
+    await budget.acquire("a")
+    waiting = asyncio.create_task(budget.acquire("b"))
+    await poll_until(lambda: budget.waiting == 1)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert budget.waiting == 0
+    granted_then_cancelled = asyncio.create_task(budget.acquire("c"))
+    await poll_until(lambda: budget.waiting == 1)
+    budget.release()  # granted to c ...
+    granted_then_cancelled.cancel()  # ... which is cancelled before it runs again
+    await asyncio.gather(granted_then_cancelled, return_exceptions=True)
+    assert granted_then_cancelled.cancelled()
+    assert (budget.free, budget.waiting) == (1, 0), "c's slot was given back"
+    budget.release()
+    assert budget.free == 2
