@@ -53,11 +53,70 @@ def is_retriable(exc: BaseException) -> bool:
 async def stop_client(client: Any, what: str, deadline: Deadline | None) -> None:
     """``client.stop()`` within ``deadline`` (and ``CLOSE_TIMEOUT_SECONDS``): during an outage
     aiokafka would otherwise wait for its request timeout."""
-    try:
-        async with (deadline or Deadline.never()).limit(CLOSE_TIMEOUT_SECONDS):
-            await client.stop()
-    except TimeoutError:
+    seconds = (deadline or Deadline.never()).remaining(CLOSE_TIMEOUT_SECONDS)
+    if not await close_fully(client, within=seconds):
         log.warning(f"{what} did not close in time; abandoning it")
+
+
+async def close_fully(client: Any, *, within: float = CLOSE_TIMEOUT_SECONDS) -> bool:
+    """Stop an aiokafka client (``stop()``, or ``close()`` for an admin client) within
+    ``within`` seconds, even when this task is cancelled meanwhile (the cancel is raised once
+    the stop ended). False when the stop did not finish in time.
+
+    aiokafka closes its connections last: a stop cut short by a cancel (a poller cancelled at
+    the shutdown deadline while it closes a consumer) would leave their sockets open, reported
+    as unclosed when the client is collected. So the stop runs in a task of its own that a
+    cancel of the caller does not interrupt, and a stop that cannot finish in time is cancelled
+    and its connections closed here, synchronously.
+    """
+    limit = Deadline.after(within)
+    stop = client.close if isinstance(client, AIOKafkaAdminClient) else client.stop
+    closing = asyncio.ensure_future(stop())
+    try:
+        await asyncio.wait({closing}, timeout=limit.remaining())
+    except asyncio.CancelledError:
+        await asyncio.wait({closing}, timeout=limit.remaining())
+        if await _ended(closing, client) and not closing.cancelled():
+            closing.exception()  # retrieved: the cancel is what this task raises
+        raise
+    if not await _ended(closing, client):
+        return False
+    closing.result()  # the stop's own error, if it raised one
+    return True
+
+
+#: How long a start a cancel arrived in may still take: a healthy broker answers a bootstrap's
+#: metadata request in milliseconds; one that does not is left to its own timeout.
+START_ON_CANCEL_SECONDS = 1.0
+
+
+async def start_fully(client: Any, *, within: float = START_ON_CANCEL_SECONDS) -> None:
+    """``client.start()``, which a cancel of this task does not interrupt: the cancel is
+    raised once the start ended (or ``within`` seconds after the cancel). aiokafka's bootstrap
+    drops the connection it is asking when cancelled mid-request, never closing it; the
+    caller's ``close_fully`` closes everything a finished start opened."""
+    starting = asyncio.ensure_future(client.start())
+    try:
+        await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await asyncio.wait({starting}, timeout=within)
+        if not starting.done():
+            starting.cancel()
+        elif not starting.cancelled():
+            starting.exception()  # retrieved: the cancel is what this task raises
+        raise
+
+
+async def _ended(closing: asyncio.Future[Any], client: Any) -> bool:
+    """Whether ``closing`` finished; if not, it is cancelled and the client's sockets closed."""
+    if closing.done():
+        return True
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    inner = getattr(client, "client", None) or getattr(client, "_client", None)
+    for conn in list(getattr(inner, "_conns", {}).values()):
+        conn.close()
+    return False
 
 
 class KafkaUnavailableError(SnowsourceError):
@@ -199,10 +258,10 @@ async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClie
     """An admin client that is always closed."""
     admin = AIOKafkaAdminClient(**conn.client_kwargs())
     try:
-        await admin.start()
+        await start_fully(admin)
         yield admin
     finally:
-        await admin.close()
+        await close_fully(admin)
 
 
 # Start-up probing: quick at first, then every few seconds (full jitter) until the timeout.
@@ -303,10 +362,10 @@ async def high_watermarks(
         **conn.client_kwargs(), group_id=None, isolation_level="read_uncommitted"
     )
     try:
-        await consumer.start()
+        await start_fully(consumer)
         return dict(await consumer.end_offsets(partitions))
     finally:
-        await consumer.stop()
+        await close_fully(consumer)
 
 
 async def existing_topics(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:

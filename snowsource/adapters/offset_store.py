@@ -27,10 +27,12 @@ from snowsource.adapters.kafka import (
     KafkaConnection,
     TopicConfigError,
     admin_client,
+    close_fully,
     create_topic,
     describe_topic_configs,
     existing_topics,
     high_watermarks,
+    start_fully,
     stop_client,
 )
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry, encode_key, parse_key
@@ -112,13 +114,13 @@ async def topics_with_records(conn: KafkaConnection, topics: Collection[str]) ->
         return []
     consumer = AIOKafkaConsumer(**conn.client_kwargs(), group_id=None, enable_auto_commit=False)
     try:
-        await consumer.start()
+        await start_fully(consumer)
         tps = [TopicPartition(t, p) for t, count in found.items() for p in range(count)]
         # Beginning, not zero: a topic whose records all expired holds nothing to replay over.
         first = await consumer.beginning_offsets(tps)
         end = await consumer.end_offsets(tps)
     finally:
-        await consumer.stop()
+        await close_fully(consumer)
     return sorted({tp.topic for tp in tps if end[tp] > first[tp]})
 
 
@@ -344,7 +346,7 @@ class OffsetStore(AsyncResource):
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         try:
-            await consumer.start()
+            await start_fully(consumer)
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             remaining = {tp for tp in tps if end[tp] > 0}
@@ -364,7 +366,7 @@ class OffsetStore(AsyncResource):
                 remaining = {tp for tp in remaining if await consumer.position(tp) < end[tp]}
                 remaining -= await waiting.stuck(remaining, OPEN_TRANSACTION_WAIT_SECONDS)
         finally:
-            await consumer.stop()
+            await close_fully(consumer)
         return data, written
 
     def _loaded(self, data: dict[bytes, bytes], written: dict[bytes, int]) -> None:

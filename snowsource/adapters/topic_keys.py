@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from snowsource.adapters.kafka import KafkaConnection, admin_client, existing_topics
+from snowsource.adapters.kafka import (
+    KafkaConnection,
+    admin_client,
+    close_fully,
+    existing_topics,
+    start_fully,
+)
 from snowsource.core.reconcile import LiveKeys, LiveKeysBuilder
 
 _FETCH_RECORDS = 10000
@@ -50,8 +56,8 @@ async def read_live_keys(
         isolation_level="read_committed",
         auto_offset_reset="earliest",
     )
-    await consumer.start()
     try:
+        await start_fully(consumer)
         tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         begin = await consumer.beginning_offsets(tps)
@@ -63,7 +69,7 @@ async def read_live_keys(
                     consumer, tp, end[tp], builder, instance.encode(), table.encode()
                 )
     finally:
-        await consumer.stop()
+        await close_fully(consumer)
     return builder.build()
 
 

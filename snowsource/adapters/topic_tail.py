@@ -36,8 +36,10 @@ from aiokafka.errors import KafkaError
 from snowsource.adapters.kafka import (
     KafkaConnection,
     admin_client,
+    close_fully,
     existing_topics,
     high_watermarks,
+    start_fully,
 )
 from snowsource.core.dedup import digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
@@ -174,23 +176,9 @@ async def read_window(
     if count == 0:
         return TailResult([], 0, True)
     tps = [TopicPartition(topic, p) for p in range(count)]
-    end = await high_watermarks(conn, tps)
-    consumer = AIOKafkaConsumer(
-        **conn.client_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
+    walks, scanned, complete = await _walk_partitions(
+        conn, tps, window, first_step, stall_seconds, max_scanned
     )
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        begin = await consumer.beginning_offsets(tps)
-        walks = [_Walk(tp, begin[tp], end[tp], first_step) for tp in tps]
-        reader = _RangeReader(consumer, window, stall_seconds)
-        scanned, complete = await _walk_back(reader, walks, max_scanned)
-    finally:
-        await consumer.stop()
     found = [record for walk in walks for chunk in reversed(walk.chunks) for record in chunk]
     if not complete:
         log.warning(
@@ -200,6 +188,36 @@ async def read_window(
             scanned=scanned,
         )
     return TailResult(found, scanned, complete)
+
+
+async def _walk_partitions(  # noqa: PLR0917 - one private helper of read_window
+    conn: KafkaConnection,
+    tps: list[TopicPartition],
+    window: _Window,
+    first_step: int,
+    stall_seconds: float,
+    max_scanned: int,
+) -> tuple[list[_Walk], int, bool]:
+    """Walk every partition back from its high watermark: the walks, the records scanned, and
+    whether the window was read completely (``max_scanned`` not reached)."""
+    end = await high_watermarks(conn, tps)
+    consumer = AIOKafkaConsumer(
+        **conn.client_kwargs(),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    try:
+        await start_fully(consumer)
+        consumer.assign(tps)
+        begin = await consumer.beginning_offsets(tps)
+        walks = [_Walk(tp, begin[tp], end[tp], first_step) for tp in tps]
+        reader = _RangeReader(consumer, window, stall_seconds)
+        scanned, complete = await _walk_back(reader, walks, max_scanned)
+    finally:
+        await close_fully(consumer)
+    return walks, scanned, complete
 
 
 @dataclass

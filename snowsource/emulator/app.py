@@ -94,30 +94,19 @@ async def _table_request(
     table = request.match_info["table"]
     counting = request.query.get("sysparm_no_count", "").strip().lower() != "true"
     fault = emu.faults.take(table, request.query.get("sysparm_query", ""), counting)
-    if fault is not None:
-        if fault.kind == "status":
-            return _fault_response(fault)
-        if fault.kind == "malformed":
-            return web.Response(status=200, body=_MALFORMED_BODY, content_type="application/json")
-        if fault.kind == "empty":
-            return web.Response(status=200, body=b"{}", content_type="application/json")
-        if fault.kind == "disconnect":
-            if request.transport is not None:
-                request.transport.abort()
-            request[_DROPPED] = True
-            return web.Response(status=499)
-        if fault.kind == "slow":
-            await asyncio.sleep(fault.delay)
+    if fault is not None and (faulty := await _injected(request, fault)) is not None:
+        return faulty
     accept = request.headers.get("Accept", "")
     if accept and not any(token in accept for token in _ACCEPTABLE):
         return error_response(406, "Not Acceptable", "The emulator only produces application/json")
     now = emu.clock.timestamp()
-    if emu.auth_enabled:
-        user = emu.auth.authenticate(request.headers, request.query, now)
-        if user is None:
-            return _unauthenticated()
-    else:
-        user = emu.default_user
+    user = (
+        emu.auth.authenticate(request.headers, request.query, now)
+        if emu.auth_enabled
+        else emu.default_user
+    )
+    if user is None:
+        return _unauthenticated()
     entry.user = user.name
     request[USER_KEY] = user
     decision = emu.rate_limiter.check(user, table, now)
@@ -136,6 +125,25 @@ async def _table_request(
     if fault is not None and fault.kind == "truncated":
         return await _truncated(request, response)
     return response
+
+
+async def _injected(request: web.Request, fault: Fault) -> web.StreamResponse | None:
+    """The response an injected fault gives instead of the real one; None when the request
+    goes on (a slow fault, once it waited, and a truncation, which cuts the real response)."""
+    if fault.kind == "status":
+        return _fault_response(fault)
+    if fault.kind == "malformed":
+        return web.Response(status=200, body=_MALFORMED_BODY, content_type="application/json")
+    if fault.kind == "empty":
+        return web.Response(status=200, body=b"{}", content_type="application/json")
+    if fault.kind == "disconnect":
+        if request.transport is not None:
+            request.transport.abort()
+        request[_DROPPED] = True
+        return web.Response(status=499)
+    if fault.kind == "slow":
+        await asyncio.sleep(fault.delay)
+    return None
 
 
 @web.middleware

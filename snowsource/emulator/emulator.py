@@ -87,31 +87,8 @@ class Emulator(RowWrites, AccessRules, CompletenessData):
         self.rate_limiter = RateLimiter()
         self.instance = InstanceModel()  # sessions, nodes, semaphores: off until configure()
         self.system_tz = ZoneInfo(system_tz)
-        #: glide.invalid_query.returns_no_rows
-        self.invalid_query_returns_no_rows = False
-        #: page cost (rows * (len(sysparm_fields) or 1) * (2 with display values)) above which a
-        #: list request fails with 500 "Transaction cancelled: maximum execution time exceeded".
-        self.max_page_cost: int | None = None
-        #: hard cap on sysparm_limit (None: no cap, like a real instance).
-        self.max_limit: int | None = None
-        self.default_limit = 10000
-        #: v1 answers 404 for an empty list; False makes v1 behave like v2 (200 []).
-        self.v1_empty_list_404 = True
-        #: wall-clock delay added to every request (the CLI's --latency-ms).
-        self.latency_ms = 0.0
-        self._denied: set[tuple[str, str]] = set()
-        self._row_acls: list[tuple[str, str | None, RowPredicate]] = []
-        self._field_acls: list[tuple[str, str | None, str]] = []
-        self._replica_lag = 0.0
-        self._numbers: dict[str, int] = {}
-        self._ids: dict[str, list[str]] = {}
-        self._templates = {}
-        self._request_counter = 0
-        self._activity_rate = 0.0
-        self._activity_tables: tuple[str, ...] = ()
-        self._activity_task: asyncio.Task[None] | None = None
-        self._running_apps = 0
-        self._request_hooks: list[Callable[[Request], object]] = []
+        self._instance_settings()
+        self._bookkeeping()
         for table in builtin_tables().values():
             self._register(table)
         self._write_schema_rows(self.tables.values())
@@ -125,6 +102,37 @@ class Emulator(RowWrites, AccessRules, CompletenessData):
             date_format=user_date_format,
             time_format=user_time_format,
         )
+
+    def _instance_settings(self) -> None:
+        """How this instance answers, as a real one's system properties would say."""
+        #: glide.invalid_query.returns_no_rows
+        self.invalid_query_returns_no_rows = False
+        #: page cost (rows * (len(sysparm_fields) or 1) * (2 with display values)) above which a
+        #: list request fails with 500 "Transaction cancelled: maximum execution time exceeded".
+        self.max_page_cost: int | None = None
+        #: hard cap on sysparm_limit (None: no cap, like a real instance).
+        self.max_limit: int | None = None
+        self.default_limit = 10000
+        #: v1 answers 404 for an empty list; False makes v1 behave like v2 (200 []).
+        self.v1_empty_list_404 = True
+        #: wall-clock delay added to every request (the CLI's --latency-ms).
+        self.latency_ms = 0.0
+
+    def _bookkeeping(self) -> None:
+        """The emulator's own state: access rules, numbering, seeding, activity, hooks."""
+        self._denied: set[tuple[str, str]] = set()
+        self._row_acls: list[tuple[str, str | None, RowPredicate]] = []
+        self._field_acls: list[tuple[str, str | None, str]] = []
+        self._replica_lag = 0.0
+        self._numbers: dict[str, int] = {}
+        self._ids: dict[str, list[str]] = {}
+        self._templates = {}
+        self._request_counter = 0
+        self._activity_rate = 0.0
+        self._activity_tables: tuple[str, ...] = ()
+        self._activity_task: asyncio.Task[None] | None = None
+        self._running_apps = 0
+        self._request_hooks: list[Callable[[Request], object]] = []
 
     # --- users and auth -----------------------------------------------------------------------
 

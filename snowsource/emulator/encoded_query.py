@@ -306,63 +306,85 @@ def parse_encoded_query(
     ``javascript:gs.dateGenerate``. Raises :class:`QueryError` for anything unparseable or
     unsupported (see the module docstring).
     """
-    # Per group: the OR-chains, and whether any condition was written in it at all (a group
-    # holding only ORDERBY/EQ tokens is no group, not "match everything").
-    groups: list[list[list[Condition]]] = [[]]
-    written: list[bool] = [False]
-    order_by: list[OrderKey] = []
-    order_types: list[FieldType] = []
-    ignored_order_by: list[str] = []
-    dropped: list[str] = []
-
+    parser = _QueryParser(field_type, user_tz)
     for raw in query.split("^"):
         term = raw.strip(ASCII_WS)
         if term.startswith("NQ"):
-            groups.append([])
-            written.append(False)
+            parser.new_group()
             term = term[2:].strip(ASCII_WS)
         if not term or term == "EQ":
             continue
         if term.startswith(_RESERVED_PREFIXES):
             raise QueryError(f"unsupported query construct {term!r} in the emulator")
         if term.startswith("ORDERBY"):
-            descending = term.startswith("ORDERBYDESC")
-            name = term[len("ORDERBYDESC") if descending else len("ORDERBY") :].strip(ASCII_WS)
-            ftype = field_type(name) if _FIELD_NAME.fullmatch(name) else None
-            if ftype is None:
-                ignored_order_by.append(term)
-            else:
-                order_by.append(OrderKey(name, descending))
-                order_types.append(ftype)
-            continue
+            parser.order(term)
+        else:
+            parser.condition(term)
+    return parser.parsed(matches_nothing_if_dropped=invalid_query_returns_no_rows)
+
+
+class _QueryParser:
+    """What the terms of one encoded query said so far, in the order they came."""
+
+    def __init__(self, field_type: Callable[[str], FieldType | None], user_tz: ZoneInfo) -> None:
+        self._field_type = field_type
+        self._user_tz = user_tz
+        # Per group: the OR-chains, and whether any condition was written in it at all (a group
+        # holding only ORDERBY/EQ tokens is no group, not "match everything").
+        self._groups: list[list[list[Condition]]] = [[]]
+        self._written: list[bool] = [False]
+        self._order_by: list[OrderKey] = []
+        self._order_types: list[FieldType] = []
+        self._ignored_order_by: list[str] = []
+        self._dropped: list[str] = []
+
+    def new_group(self) -> None:
+        """``^NQ``: a new OR'ed group of conditions begins."""
+        self._groups.append([])
+        self._written.append(False)
+
+    def order(self, term: str) -> None:
+        """``ORDERBY<field>`` or ``ORDERBYDESC<field>``; an unknown field is ignored."""
+        descending = term.startswith("ORDERBYDESC")
+        name = term[len("ORDERBYDESC") if descending else len("ORDERBY") :].strip(ASCII_WS)
+        ftype = self._field_type(name) if _FIELD_NAME.fullmatch(name) else None
+        if ftype is None:
+            self._ignored_order_by.append(term)
+        else:
+            self._order_by.append(OrderKey(name, descending))
+            self._order_types.append(ftype)
+
+    def condition(self, term: str) -> None:
+        """A condition, ANDed to the group's last OR-chain or (``OR``-prefixed) ORed to it."""
         dependent = term.startswith("OR")
         if dependent:
             term = term[2:].strip(ASCII_WS)
             if not term:
-                continue
-        written[-1] = True
-        chains = groups[-1]
+                return
+        self._written[-1] = True
+        chains = self._groups[-1]
         if not (dependent and chains):
             chains.append([])
-        condition = _parse_condition(term, field_type, user_tz)
+        condition = _parse_condition(term, self._field_type, self._user_tz)
         if condition is None:
-            dropped.append(term)
+            self._dropped.append(term)
         else:
             chains[-1].append(condition)
 
-    parsed_groups = tuple(
-        tuple(tuple(chain) for chain in chains if chain)
-        for chains, has_conditions in zip(groups, written, strict=True)
-        if has_conditions
-    )
-    return ParsedQuery(
-        groups=parsed_groups,
-        order_by=tuple(order_by),
-        dropped=tuple(dropped),
-        matches_nothing=invalid_query_returns_no_rows and bool(dropped),
-        order_types=tuple(order_types),
-        ignored_order_by=tuple(ignored_order_by),
-    )
+    def parsed(self, *, matches_nothing_if_dropped: bool) -> ParsedQuery:
+        groups = tuple(
+            tuple(tuple(chain) for chain in chains if chain)
+            for chains, has_conditions in zip(self._groups, self._written, strict=True)
+            if has_conditions
+        )
+        return ParsedQuery(
+            groups=groups,
+            order_by=tuple(self._order_by),
+            dropped=tuple(self._dropped),
+            matches_nothing=matches_nothing_if_dropped and bool(self._dropped),
+            order_types=tuple(self._order_types),
+            ignored_order_by=tuple(self._ignored_order_by),
+        )
 
 
 def _parse_condition(

@@ -277,24 +277,14 @@ def compile_condition(
 ) -> Predicate:
     if op in UNSUPPORTED_KEYWORDS:
         raise QueryError(f"operator {op} is not supported by the emulator")
-    if op in ("ISEMPTY", "EMPTYSTRING"):
-        return lambda row: row.get(name, "") == ""
-    if op == "ISNOTEMPTY":
-        return lambda row: row.get(name, "") != ""
-    if op == "ANYTHING":
-        return always
-    if op == "=":
-        return _equals_test(name, ftype, _operand_value(operand, ftype, user_tz))
-    if op == "!=":
-        target = _operand_value(operand, ftype, user_tz)
-        if target == "":
-            return lambda row: row.get(name, "") != ""
-        equals = _equals_test(name, ftype, target)
-        # ServiceNow documents that != also matches empty (NULL) values.
-        return lambda row: row.get(name, "") == "" or not equals(row)
+    if op in ("ISEMPTY", "EMPTYSTRING", "ISNOTEMPTY", "ANYTHING"):
+        return _presence_test(name, op)
+    if op in ("=", "!="):
+        return _equality_test(name, op, _operand_value(operand, ftype, user_tz), ftype)
     if op in ("<", "<=", ">", ">="):
-        target = _operand_value(operand, ftype, user_tz)
-        return _ordered_test(name, ftype, op, target)
+        return _ordered_test(name, ftype, op, _operand_value(operand, ftype, user_tz))
+    if op == "BETWEEN":
+        return _between_test(name, operand, ftype, user_tz)
     if op in ("IN", "NOT IN"):
         items = [_operand_value(item, ftype, user_tz) for item in _split_list(operand)]
         member = _in_test(name, ftype, items)
@@ -302,19 +292,46 @@ def compile_condition(
             return member
         return lambda row: row.get(name, "") == "" or not member(row)
     if op in ("LIKE", "NOT LIKE", "STARTSWITH", "ENDSWITH"):
-        needle = _resolve_javascript(operand, user_tz)
-        if op == "LIKE":
-            return lambda row: needle in row.get(name, "")
-        if op == "NOT LIKE":
-            return lambda row: (value := row.get(name, "")) == "" or needle not in value
-        if op == "STARTSWITH":
-            return lambda row: row.get(name, "").startswith(needle)
-        return lambda row: row.get(name, "").endswith(needle)
-    if op == "BETWEEN":
-        bounds = operand.split("@")
-        if len(bounds) != 2:
-            raise QueryError(f"BETWEEN needs 'low@high', got {operand!r}")
-        low = _ordered_test(name, ftype, ">=", _operand_value(bounds[0], ftype, user_tz))
-        high = _ordered_test(name, ftype, "<=", _operand_value(bounds[1], ftype, user_tz))
-        return lambda row: low(row) and high(row)
+        return _text_test(name, op, _resolve_javascript(operand, user_tz))
     raise QueryError(f"operator {op} is not supported by the emulator")  # pragma: no cover
+
+
+def _presence_test(name: str, op: str) -> Predicate:
+    """``ISEMPTY``/``EMPTYSTRING``, ``ISNOTEMPTY`` and ``ANYTHING``."""
+    if op == "ANYTHING":
+        return always
+    if op == "ISNOTEMPTY":
+        return lambda row: row.get(name, "") != ""
+    return lambda row: row.get(name, "") == ""
+
+
+def _equality_test(name: str, op: str, target: str, ftype: FieldType) -> Predicate:
+    """``=`` and ``!=`` against an operand already in stored form."""
+    if op == "=":
+        return _equals_test(name, ftype, target)
+    if target == "":
+        return lambda row: row.get(name, "") != ""
+    equals = _equals_test(name, ftype, target)
+    # ServiceNow documents that != also matches empty (NULL) values.
+    return lambda row: row.get(name, "") == "" or not equals(row)
+
+
+def _between_test(name: str, operand: str, ftype: FieldType, user_tz: ZoneInfo) -> Predicate:
+    """``BETWEENlow@high``, both bounds included."""
+    bounds = operand.split("@")
+    if len(bounds) != 2:
+        raise QueryError(f"BETWEEN needs 'low@high', got {operand!r}")
+    low = _ordered_test(name, ftype, ">=", _operand_value(bounds[0], ftype, user_tz))
+    high = _ordered_test(name, ftype, "<=", _operand_value(bounds[1], ftype, user_tz))
+    return lambda row: low(row) and high(row)
+
+
+def _text_test(name: str, op: str, needle: str) -> Predicate:
+    """``LIKE``, ``NOT LIKE`` (which also matches empty values), ``STARTSWITH``, ``ENDSWITH``."""
+    if op == "LIKE":
+        return lambda row: needle in row.get(name, "")
+    if op == "NOT LIKE":
+        return lambda row: (value := row.get(name, "")) == "" or needle not in value
+    if op == "STARTSWITH":
+        return lambda row: row.get(name, "").startswith(needle)
+    return lambda row: row.get(name, "").endswith(needle)

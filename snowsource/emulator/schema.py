@@ -1,15 +1,22 @@
 """Table definitions of the emulated instance: fields, types, choices, references, inheritance.
 
-Pure data, no I/O. Tables inherit fields from their parent (``incident`` extends ``task``), as
-they do on a real instance; a child may redefine a parent's field (e.g. its own ``state``
-choices) without moving it. Every table gets the ServiceNow system fields; ``no_update`` tables
-(append-only, like ``sys_audit``) lack ``sys_updated_on``/``sys_updated_by``/``sys_mod_count``.
+The built-in tables are data, ``builtin_tables.json`` beside this module (shipped with the
+package), built into ``TableDef`` objects by :func:`builtin_tables`; ``sys_journal_field`` holds
+comments and work notes, one insert-only row per entry, never in the record itself.
+
+Tables inherit fields from their parent (``incident`` extends ``task``), as they do on a real
+instance; a child may redefine a parent's field (e.g. its own ``state`` choices) without moving
+it. Every table gets the ServiceNow system fields; ``no_update`` tables (append-only, like
+``sys_audit``) lack ``sys_updated_on``/``sys_updated_by``/``sys_mod_count``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from importlib import resources
+from typing import Any
 
 from snowsource.emulator.encoded_query import FieldType
 
@@ -139,10 +146,6 @@ def system_fields(*, no_update: bool = False, domain_separated: bool = True) -> 
     return out
 
 
-def _ref(name: str, target: str, label: str = "") -> Field:
-    return Field(name, "reference", reference=target, label=label)
-
-
 def _choice(name: str, choices: Mapping[str, str], label: str = "") -> Field:
     # Choice lists keyed by numbers are integer columns on a real instance (priority, state);
     # the others are strings with a choice list.
@@ -156,313 +159,35 @@ def _choice(name: str, choices: Mapping[str, str], label: str = "") -> Field:
     )
 
 
-PRIORITY = {
-    "1": "1 - Critical",
-    "2": "2 - High",
-    "3": "3 - Moderate",
-    "4": "4 - Low",
-    "5": "5 - Planning",
-}
-IMPACT = {"1": "1 - High", "2": "2 - Medium", "3": "3 - Low"}
-TASK_STATE = {
-    "-5": "Pending",
-    "1": "Open",
-    "2": "Work in Progress",
-    "3": "Closed Complete",
-    "4": "Closed Incomplete",
-    "7": "Closed Skipped",
-}
-INCIDENT_STATE = {
-    "1": "New",
-    "2": "In Progress",
-    "3": "On Hold",
-    "6": "Resolved",
-    "7": "Closed",
-    "8": "Canceled",
-}
-CHANGE_STATE = {
-    "-5": "New",
-    "-4": "Assess",
-    "-3": "Authorize",
-    "-2": "Scheduled",
-    "-1": "Implement",
-    "0": "Review",
-    "3": "Closed",
-    "4": "Canceled",
-}
-INSTALL_STATUS = {
-    "1": "Installed",
-    "2": "On Order",
-    "3": "In Maintenance",
-    "4": "Pending Install",
-    "5": "Pending Repair",
-    "6": "In Stock",
-    "7": "Retired",
-    "100": "Absent",
-}
-OPERATIONAL_STATUS = {
-    "1": "Operational",
-    "2": "Non-Operational",
-    "3": "Repair in Progress",
-    "4": "DR Standby",
-    "5": "Ready",
-    "6": "Retired",
-}
+#: The tables every emulator starts with, as data: each table's own fields (a choice field names
+#: a shared choice list or carries its own), parents listed before their children.
+_BUILTIN_TABLES = "builtin_tables.json"
 
 
 def builtin_tables() -> dict[str, TableDef]:
     """The tables every emulator starts with, by name."""
-    sys_user = TableDef(
-        "sys_user",
-        "User",
-        (
-            Field("user_name", label="User ID"),
-            Field("name", label="Name"),
-            Field("first_name", label="First name"),
-            Field("last_name", label="Last name"),
-            Field("email", label="Email"),
-            Field("title", label="Title"),
-            Field("department", label="Department"),
-            Field("time_zone", label="Time zone"),
-            Field("date_format", label="Date format"),
-            Field("time_format", label="Time format"),
-            Field("active", "boolean", label="Active"),
-            Field("locked_out", "boolean", label="Locked out"),
-        ),
-        display_field="name",
-    )
-    task = TableDef(
-        "task",
-        "Task",
-        (
-            Field("number", label="Number"),
-            Field("short_description", label="Short description"),
-            Field("description", label="Description"),
-            _choice("priority", PRIORITY, "Priority"),
-            _choice("impact", IMPACT, "Impact"),
-            _choice("urgency", IMPACT, "Urgency"),
-            _choice("state", TASK_STATE, "State"),
-            Field("active", "boolean", label="Active"),
-            _ref("assigned_to", "sys_user", "Assigned to"),
-            _ref("opened_by", "sys_user", "Opened by"),
-            Field("opened_at", "datetime", label="Opened"),
-            Field("closed_at", "datetime", label="Closed"),
-            Field("due_date", "datetime", label="Due date"),
-            _ref("cmdb_ci", "cmdb_ci", "Configuration item"),
-            Field("reassignment_count", "integer", label="Reassignment count"),
-            Field("work_notes", label="Work notes", internal_type="journal_input"),
-        ),
-        display_field="number",
-        number_prefix="TASK",
-    )
-    incident = TableDef(
-        "incident",
-        "Incident",
-        (
-            _ref("caller_id", "sys_user", "Caller"),
-            _choice("state", INCIDENT_STATE, "State"),
-            _choice(
-                "category",
-                {
-                    "inquiry": "Inquiry / Help",
-                    "software": "Software",
-                    "hardware": "Hardware",
-                    "network": "Network",
-                    "database": "Database",
-                },
-                "Category",
-            ),
-            _choice("severity", IMPACT, "Severity"),
-            Field("resolved_at", "datetime", label="Resolved"),
-        ),
-        parent=task,
-        display_field="number",
-        number_prefix="INC",
-    )
-    change_request = TableDef(
-        "change_request",
-        "Change Request",
-        (
-            _choice("state", CHANGE_STATE, "State"),
-            _choice(
-                "type",
-                {"normal": "Normal", "standard": "Standard", "emergency": "Emergency"},
-                "Type",
-            ),
-            _choice("risk", {"2": "High", "3": "Moderate", "4": "Low"}, "Risk"),
-            _choice(
-                "category",
-                {
-                    "Hardware": "Hardware",
-                    "Software": "Software",
-                    "Service": "Service",
-                    "Network": "Network",
-                },
-                "Category",
-            ),
-            _ref("requested_by", "sys_user", "Requested by"),
-            Field("start_date", "datetime", label="Planned start date"),
-            Field("end_date", "datetime", label="Planned end date"),
-        ),
-        parent=task,
-        display_field="number",
-        number_prefix="CHG",
-    )
-    cmdb_ci = TableDef(
-        "cmdb_ci",
-        "Configuration Item",
-        (
-            Field("name", label="Name"),
-            Field("asset_tag", label="Asset tag"),
-            Field("serial_number", label="Serial number"),
-            Field("ip_address", label="IP Address"),
-            _choice("install_status", INSTALL_STATUS, "Status"),
-            _choice("operational_status", OPERATIONAL_STATUS, "Operational status"),
-            _ref("assigned_to", "sys_user", "Assigned to"),
-            Field("category", label="Category"),
-            Field("cost", "decimal", label="Cost"),
-            Field("discovery_source", label="Discovery source"),
-            Field("last_discovered", "datetime", label="Most recent discovery"),
-            Field("purchase_date", label="Purchased", internal_type="glide_date"),
-        ),
-        display_field="name",
-    )
-    cmdb_ci_server = TableDef(
-        "cmdb_ci_server",
-        "Server",
-        (
-            Field("os", label="Operating System"),
-            Field("cpu_count", "integer", label="CPU count"),
-            Field("ram", "integer", label="RAM (MB)"),
-            Field("disk_space", "decimal", label="Disk space (GB)", internal_type="float"),
-        ),
-        parent=cmdb_ci,
-        display_field="name",
-    )
-    task_sla = TableDef(
-        "task_sla",
-        "Task SLA",
-        (
-            _ref("task", "task", "Task"),
-            Field("sla", label="SLA definition"),
-            _choice(
-                "stage",
-                {
-                    "in_progress": "In progress",
-                    "paused": "Paused",
-                    "completed": "Completed",
-                    "cancelled": "Cancelled",
-                },
-                "Stage",
-            ),
-            Field("has_breached", "boolean", label="Has breached"),
-            Field("active", "boolean", label="Active"),
-            Field("start_time", "datetime", label="Start time"),
-            Field("end_time", "datetime", label="Stop time"),
-            Field("planned_end_time", "datetime", label="Breach time"),
-            Field("business_percentage", "decimal", label="Business elapsed percentage"),
-        ),
-        display_field="sla",
-    )
-    sys_audit_delete = TableDef(
-        "sys_audit_delete",
-        "Deleted Record",
-        (
-            Field("tablename", label="Table"),
-            Field("documentkey", label="Document key"),
-            Field("display_value", label="Display value"),
-            Field("payload", label="Payload"),
-        ),
-        display_field="documentkey",
-        domain_separated=False,
-        no_audit_delete=True,
-    )
-    sys_audit = TableDef(
-        "sys_audit",
-        "Audit",
-        (
-            Field("tablename", label="Table name"),
-            Field("documentkey", label="Document key"),
-            Field("fieldname", label="Field name"),
-            Field("oldvalue", label="Old value"),
-            Field("newvalue", label="New value"),
-            Field("user", label="User"),
-            Field("reason", label="Reason"),
-            Field("record_checkpoint", "integer", label="Record checkpoint"),
-        ),
-        display_field="documentkey",
-        no_update=True,
-        domain_separated=False,
-        no_audit_delete=True,
-    )
-    sys_db_object = TableDef(
-        "sys_db_object",
-        "Table",
-        (
-            Field("name", label="Name"),
-            Field("label", label="Label"),
-            _ref("super_class", "sys_db_object", "Extends table"),
-            Field("is_extendable", "boolean", label="Extensible"),
-        ),
-        display_field="name",
-        domain_separated=False,
-    )
-    sys_dictionary = TableDef(
-        "sys_dictionary",
-        "Dictionary Entry",
-        (
-            Field("name", label="Table"),
-            Field("element", label="Column name"),
-            Field("column_label", label="Column label"),
-            Field("internal_type", label="Type"),
-            Field("reference", label="Reference"),
-            Field("max_length", "integer", label="Max length"),
-            Field("active", "boolean", label="Active"),
-            Field("attributes", label="Attributes"),
-        ),
-        display_field="element",
-        domain_separated=False,
-    )
-    # Comments and work notes: one insert-only row per entry, never in the record itself.
-    sys_journal_field = TableDef(
-        "sys_journal_field",
-        "Journal Entry",
-        (
-            Field("element_id", label="Element ID"),
-            Field("name", label="Table name"),
-            Field("element", label="Element"),
-            Field("value", label="Value"),
-        ),
-        display_field="value",
-        no_update=True,
-        domain_separated=False,
-        no_audit_delete=True,
-    )
-    sys_properties = TableDef(
-        "sys_properties",
-        "System Property",
-        (
-            Field("name", label="Name"),
-            Field("value", label="Value"),
-            Field("type", label="Type"),
-            Field("description", label="Description"),
-        ),
-        display_field="name",
-        domain_separated=False,
-    )
-    tables = [
-        sys_user,
-        task,
-        incident,
-        change_request,
-        cmdb_ci,
-        cmdb_ci_server,
-        task_sla,
-        sys_audit_delete,
-        sys_audit,
-        sys_db_object,
-        sys_dictionary,
-        sys_journal_field,
-        sys_properties,
-    ]
-    return {t.name: t for t in tables}
+    data = json.loads(resources.files(__package__).joinpath(_BUILTIN_TABLES).read_text("utf-8"))
+    shared: Mapping[str, Mapping[str, str]] = data["choices"]
+    tables: dict[str, TableDef] = {}
+    for entry in data["tables"]:
+        fields = tuple(_field(spec, shared) for spec in entry.pop("fields"))
+        parent = entry.pop("parent", None)
+        table = TableDef(
+            entry.pop("name"),
+            entry.pop("label"),
+            fields,
+            parent=tables[parent] if parent else None,
+            **entry,
+        )
+        tables[table.name] = table
+    return tables
+
+
+def _field(spec: dict[str, Any], shared: Mapping[str, Mapping[str, str]]) -> Field:
+    """One field of ``builtin_tables.json``."""
+    choices = spec.pop("choices", None)
+    if choices is not None:
+        return _choice(
+            spec["name"], shared[choices] if isinstance(choices, str) else choices, spec["label"]
+        )
+    return Field(spec.pop("name"), spec.pop("type", "string"), **spec)

@@ -283,16 +283,47 @@ async def list_records(request: web.Request) -> web.Response:
     table, tdef = found
     ctx = _Context(request, table, tdef)
     emu, params = ctx.emu, ctx.params
+    limit, offset = _paging(ctx)
+    query_text = params.get("sysparm_query", "")
+    dotted: list[str] = []
+    try:
+        parsed = _parse_query(ctx, query_text, dotted)
+    except QueryError as exc:
+        return error_response(400, "Invalid query", str(exc))
+    page, total = _matching_page(ctx, parsed, query_text, dotted, offset=offset, limit=limit)
+    if _too_costly(ctx, page):
+        return error_response(
+            500,
+            "Transaction cancelled: maximum execution time exceeded",
+            "Transaction cancelled: maximum execution time exceeded. Check logs for error "
+            "trace or enable glide.rest.debug property to verify REST request processing",
+        )
+    hidden_row = emu.row_acl(table, ctx.user)
+    if hidden_row is not None:
+        page = [r for r in page if not hidden_row(r)]
+    result = ctx.renderer.rows(page, ctx.columns)
+    if not result and request.match_info.get("version") == "v1" and emu.v1_empty_list_404:
+        return not_found()
+    headers = _paging_headers(request, params, total, limit=limit, offset=offset)
+    return json_response({"result": result}, headers=headers)
+
+
+def _paging(ctx: _Context) -> tuple[int, int]:
+    """``sysparm_limit`` (the instance's default when absent or not positive, capped by its
+    maximum) and ``sysparm_offset``."""
+    emu, params = ctx.emu, ctx.params
     limit = _int(params, "sysparm_limit", emu.default_limit)
     if limit <= 0:
         limit = emu.default_limit
     if emu.max_limit is not None:
         limit = min(limit, emu.max_limit)
-    offset = max(0, _int(params, "sysparm_offset", 0))
+    return limit, max(0, _int(params, "sysparm_offset", 0))
 
-    query_text = params.get("sysparm_query", "")
-    dotted: list[str] = []
-    base_type = emu.field_type(table)
+
+def _parse_query(ctx: _Context, query_text: str, dotted: list[str]) -> ParsedQuery:
+    """``sysparm_query`` parsed against the table's fields; the dot-walked fields it names are
+    appended to ``dotted``. Raises ``QueryError``."""
+    base_type = ctx.emu.field_type(ctx.table)
 
     def field_type(name: str) -> FieldType | None:
         found_type = base_type(name)
@@ -300,53 +331,60 @@ async def list_records(request: web.Request) -> web.Response:
             dotted.append(name)
         return found_type
 
-    try:
-        parsed = parse_encoded_query(
-            query_text,
-            field_type=field_type,
-            user_tz=ctx.prefs.tz,
-            invalid_query_returns_no_rows=emu.invalid_query_returns_no_rows,
-        )
-    except QueryError as exc:
-        return error_response(400, "Invalid query", str(exc))
+    return parse_encoded_query(
+        query_text,
+        field_type=field_type,
+        user_tz=ctx.prefs.tz,
+        invalid_query_returns_no_rows=ctx.emu.invalid_query_returns_no_rows,
+    )
 
+
+def _matching_page(
+    ctx: _Context,
+    parsed: ParsedQuery,
+    query_text: str,
+    dotted: list[str],
+    *,
+    offset: int,
+    limit: int,
+) -> tuple[list[Row], int]:
+    """The page of matching rows and the total: through the sys_id index when the query
+    bounds ``sys_id`` (and names no dot-walked field), else by evaluating every row."""
+    emu, table, params = ctx.emu, ctx.table, ctx.params
     need_total = not (
         _flag(params, "sysparm_no_count") and _flag(params, "sysparm_suppress_pagination_header")
     )
     keys = None if dotted or table in emu.views else key_range(parsed, "sys_id")
-    if keys is not None:
-        page, total = indexed_page(
-            emu,
-            table,
-            parsed,
-            keys,
-            at=ctx.at,
-            user=ctx.user,
-            all_domains=ctx.all_domains,
-            offset=offset,
-            limit=limit,
-            need_total=need_total,
-        )
-    else:
-        page, total = _evaluated_page(ctx, parsed, offset, limit, query_text, dotted=bool(dotted))
+    if keys is None:
+        return _evaluated_page(ctx, parsed, offset, limit, query_text, dotted=bool(dotted))
+    return indexed_page(
+        emu,
+        table,
+        parsed,
+        keys,
+        at=ctx.at,
+        user=ctx.user,
+        all_domains=ctx.all_domains,
+        offset=offset,
+        limit=limit,
+        need_total=need_total,
+    )
 
-    if emu.max_page_cost is not None:
-        width = len(ctx.requested) if ctx.requested else 1
-        cost = len(page) * width * (2 if ctx.mode != "false" else 1)
-        if cost > emu.max_page_cost:
-            return error_response(
-                500,
-                "Transaction cancelled: maximum execution time exceeded",
-                "Transaction cancelled: maximum execution time exceeded. Check logs for error "
-                "trace or enable glide.rest.debug property to verify REST request processing",
-            )
-    hidden_row = emu.row_acl(table, ctx.user)
-    if hidden_row is not None:
-        page = [r for r in page if not hidden_row(r)]
 
-    result = ctx.renderer.rows(page, ctx.columns)
-    if not result and request.match_info.get("version") == "v1" and emu.v1_empty_list_404:
-        return not_found()
+def _too_costly(ctx: _Context, page: list[Row]) -> bool:
+    """Whether the page's cost passes the instance's maximum (its transaction would time out):
+    rows times requested fields, twice with display values."""
+    if ctx.emu.max_page_cost is None:
+        return False
+    width = len(ctx.requested) if ctx.requested else 1
+    return len(page) * width * (2 if ctx.mode != "false" else 1) > ctx.emu.max_page_cost
+
+
+def _paging_headers(
+    request: web.Request, params: Mapping[str, str], total: int, *, limit: int, offset: int
+) -> dict[str, str]:
+    """``X-Total-Count`` and ``Link``, unless ``sysparm_no_count`` or
+    ``sysparm_suppress_pagination_header`` leave them out."""
     headers: dict[str, str] = {}
     if not _flag(params, "sysparm_no_count"):
         headers["X-Total-Count"] = str(total)
@@ -354,7 +392,7 @@ async def list_records(request: web.Request) -> web.Response:
         link = _link_header(request.url, params, total, limit, offset)
         if link is not None:
             headers["Link"] = link
-    return json_response({"result": result}, headers=headers)
+    return headers
 
 
 def _find_one(ctx: _Context, sys_id: str) -> Row | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from snowsource.core.errors import (
     TableError,
     TableFailedError,
 )
+from snowsource.core.outbound import PageAck
+from snowsource.core.page import PagePlan
 from snowsource.core.table import TableSpec
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
@@ -42,9 +45,11 @@ __all__ = [
     "FailureSource",
     "FailureTracker",
     "FailureView",
+    "ProduceFailedError",
     "diagnostic",
     "failing_seconds",
     "is_fatal",
+    "refused",
     "unacked",
 ]
 
@@ -151,6 +156,13 @@ class FailureTracker:
             if handle is not None:
                 handle.cancel()
 
+    def acks_overdue(
+        self, spec: TableSpec, records: int
+    ) -> contextlib.AbstractContextManager[None]:
+        """``overdue`` for a page of ``records`` Kafka has yet to acknowledge."""
+        message = functools.partial(unacked, spec, records)
+        return self.overdue(FailureSource.KAFKA, ACKS_OVERDUE_SECONDS, message)
+
     def _publish(self) -> None:
         status, runs = self._status, self._runs.values()
         newest = max(runs, key=lambda r: r.order, default=None)
@@ -166,6 +178,23 @@ def failing_seconds(status: FailureView, now: datetime | None = None) -> float |
     if since is None:
         return None
     return max(((now or _utcnow()) - since).total_seconds(), 0.0)
+
+
+class ProduceFailedError(Exception):
+    """A record was not acknowledged; the table restarts internally from its committed offset."""
+
+
+def refused(spec: TableSpec, plan: PagePlan, ack: PageAck | None) -> None:
+    """Raise what a record Kafka refused in ``ack`` means: a record Kafka can never take FAILs
+    the table, any other refusal restarts it from its committed offset."""
+    if ack is None or (failure := ack.failure) is None:
+        return
+    row = plan.emits[failure.index].id
+    if failure.fatal:
+        raise KafkaSinkError(
+            f"{spec.describe}: row {row}: Kafka refused the record: {failure.error}"
+        )
+    raise ProduceFailedError(f"row {row}: {failure.error!r}")
 
 
 class CommitterStoppedError(Exception):

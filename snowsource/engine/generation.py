@@ -20,9 +20,17 @@ __all__ = ["Generation", "stop_generation"]
 
 log = structlog.get_logger("snowsource.engine.generation")
 
-# Once the deadline passed and the pollers were cancelled, how long we still wait for them to
-# unwind before abandoning them (cancellation is prompt unless a library swallows it).
-CANCEL_GRACE_SECONDS = 1.0
+#: The share of the shutdown deadline the pollers' drain leaves unused, and its cap. Half of it
+#: lets a poller whose drain ran to its end return; then what still runs is cancelled and has
+#: the other half to unwind (cancellation is prompt unless a library swallows it): the
+#: cancelled pollers are awaited until the deadline itself, never after it.
+CANCEL_RESERVE_SHARE = 0.1
+CANCEL_RESERVE_MAX_SECONDS = 1.0
+
+
+def cancel_reserve(deadline: Deadline) -> float:
+    """The seconds of ``deadline`` the drain leaves for the pollers to return or be cancelled."""
+    return min(deadline.remaining() * CANCEL_RESERVE_SHARE, CANCEL_RESERVE_MAX_SECONDS)
 
 
 @dataclass
@@ -36,14 +44,17 @@ class Generation:
 
 async def stop_generation(generation: Generation, deadline: Deadline) -> list[str]:
     """Stop ``generation`` within ``deadline`` (drain acks, write final offsets, cancel what
-    is left at the deadline); one problem per table whose final offset is unwritten."""
-    generation.stop.request(deadline)
+    is left when the drain's part of it passed); one problem per table whose final offset is
+    unwritten. Returns by ``deadline`` at the latest, even when a cancelled poller is slow to
+    unwind (it is then reported as abandoned)."""
+    reserve = cancel_reserve(deadline)
+    generation.stop.request(deadline.earlier(reserve))
     task = generation.task
-    await asyncio.wait({task}, timeout=deadline.remaining())
+    await asyncio.wait({task}, timeout=_seconds(deadline.earlier(reserve / 2)))
     if not task.done():
-        log.warning("shutdown deadline passed; cancelling the pollers still draining")
+        log.warning("the drain ran out of its time; cancelling the pollers still draining")
         task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
+        await asyncio.wait({task}, timeout=_seconds(deadline))
     problems: list[str] = []
     for alias, poller in generation.pollers.items():
         status = poller.status
@@ -56,3 +67,8 @@ async def stop_generation(generation: Generation, deadline: Deadline) -> list[st
             )
             log.warning("poller abandoned at the deadline", table=alias)
     return problems
+
+
+def _seconds(deadline: Deadline) -> float | None:
+    """A timeout for ``asyncio.wait``: what is left of ``deadline``, None when unbounded."""
+    return deadline.remaining() if deadline.bounded else None

@@ -27,7 +27,6 @@ import structlog
 
 from snowsource.core.clock import InstanceClock
 from snowsource.core.cursor import Position, high_water_mark, next_sweep_start, parse_ts
-from snowsource.core.errors import KafkaSinkError
 from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.retry import KafkaRetries, RetryPolicy
@@ -49,10 +48,6 @@ from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import first_error, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, DeadlineExceededError, StoppedError, retrying
-
-
-class _ProduceFailedError(Exception):
-    """A record was not acknowledged; the table restarts internally from its committed offset."""
 
 
 class Poller:
@@ -89,17 +84,22 @@ class Poller:
         self._clock, self._retry, self._stop = clock, retry, stop
         # What differs between a table's stream and its delete stream: shaping, HI cap.
         self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
-        self._delivery = self._hooks.delivery(sink, stop, delivery)
+        deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
+        self._delivery = deliveries()
         self._reader = TableReader(
             spec, client, retry=retry, stop=stop.event, log=self._log, failures=self._failures
         )
-        deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._slices = SliceTools(
-            spec, self._reader, self._hooks, account=self._account, recorder=self._recorder,
-            # One transactional producer per table: its pages take turns anyway.
-            delivery=lambda: self._delivery if self._delivery.exactly_once else deliveries(),
-            now=clock.now, stop=stop, pages=pages,
-        )  # fmt: skip
+            spec,
+            self._reader,
+            self._hooks,
+            self._recorder,
+            stop,
+            self._delivery,
+            deliveries,
+            now=clock.now,
+            pages=pages,
+        )
         self._recorder.state(TableState.STARTING)
 
     # ------------------------------------------------------------------ 1. generations
@@ -110,7 +110,7 @@ class Poller:
             async for attempt in retrying(
                 self._retry,
                 self._stop.event,
-                retry_if=lambda exc: isinstance(exc, _ProduceFailedError),
+                retry_if=lambda exc: isinstance(exc, failures.ProduceFailedError),
                 on_retry=self._restarting,
                 progress=lambda: self.status.rows_emitted,
             ):
@@ -274,10 +274,7 @@ class Poller:
         caps_before = gen.dedup.evictions_by_cap
         ack: PageAck | None = None
         if plan.emits:
-            unacked = functools.partial(failures.unacked, self.spec, len(plan.emits))
-            with self._failures.overdue(
-                FailureSource.KAFKA, failures.ACKS_OVERDUE_SECONDS, unacked
-            ):
+            with self._failures.acks_overdue(self.spec, len(plan.emits)):
                 ack = await self._delivery.deliver_page(plan)
             if ack is None:
                 # Stopping, the deadline passed with records unacknowledged: the drain says so.
@@ -285,30 +282,12 @@ class Poller:
         assert plan.cursor is not None
         gen.cursor = plan.cursor
         self._recorder.evicted(gen.dedup.evictions_by_cap - caps_before, gen.dedup.max_entries)
-        emitted = ack.acked if ack is not None else 0
-        if emitted:
+        if emitted := (ack.acked if ack is not None else 0):
             # Only the contiguous acknowledged prefix: an unacknowledged record holds back
             # every later offset of the table.
             gen.commit(plan.emits[emitted - 1].offset)
-        self._account(plan, ack, counts, plan.cursor)
-
-    def _account(
-        self, plan: PagePlan, ack: PageAck | None, counts: SweepCounts, cursor: Position
-    ) -> int:
-        """Count a delivered page; raise what a refused record means. The records acked."""
-        emitted = ack.acked if ack is not None else 0
-        self._recorder.page_delivered(
-            counts, cursor, emitted=emitted, suppressed=plan.suppressed, late=plan.late
-        )
-        if ack is not None and (failure := ack.failure) is not None:
-            self._recorder.produce_errors(ack.records - ack.acked)
-            row = plan.emits[failure.index].id
-            if failure.fatal:
-                raise KafkaSinkError(
-                    f"{self.spec.describe}: row {row}: Kafka refused the record: {failure.error}"
-                )
-            raise _ProduceFailedError(f"row {row}: {failure.error!r}")
-        return emitted
+        self._recorder.page_delivered(counts, plan.cursor, plan, ack)
+        failures.refused(self.spec, plan, ack)
 
     def _page_done(self, gen: TableGeneration, plan: PagePlan, keep_from: str) -> None:
         self._failures.succeeded(FailureSource.KAFKA)

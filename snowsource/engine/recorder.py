@@ -13,6 +13,8 @@ import structlog
 
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import SourceOffset
+from snowsource.core.outbound import PageAck
+from snowsource.core.page import PagePlan
 from snowsource.core.slices import SliceProgress
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.observability import metrics
@@ -94,10 +96,13 @@ class TableRecorder:
         metrics.PAGES.labels(table=self._alias).inc()
 
     def page_delivered(
-        self, counts: SweepCounts, cursor: Position, *, emitted: int, suppressed: int, late: int
-    ) -> None:
-        """A page was decided and its acknowledged prefix handed to the committer."""
+        self, counts: SweepCounts, cursor: Position, plan: PagePlan, ack: PageAck | None
+    ) -> int:
+        """A page was decided and its acknowledged prefix handed to the committer; the
+        records acknowledged (those Kafka refused count as produce errors)."""
         status, alias = self.status, self._alias
+        emitted = ack.acked if ack is not None else 0
+        suppressed, late = plan.suppressed, plan.late
         status.cursor = cursor
         counts.emitted += emitted
         counts.suppressed += suppressed
@@ -110,6 +115,9 @@ class TableRecorder:
             metrics.ROWS_SUPPRESSED.labels(table=alias).inc(suppressed)
         if late:
             metrics.ROWS_LATE.labels(table=alias).inc(late)
+        if ack is not None and ack.failure is not None:
+            metrics.PRODUCE_ERRORS.labels(table=alias).inc(ack.records - ack.acked)
+        return emitted
 
     def backfilling(self, lag: float, cursor: Position | None = None) -> None:
         """A full page (or a sliced backfill's prefix moved to ``cursor``): more rows wait."""
@@ -127,9 +135,6 @@ class TableRecorder:
             progress.slices_active if progress else 0
         )
         metrics.BACKFILL_ROWS_AHEAD.labels(table=alias).set(progress.rows_ahead if progress else 0)
-
-    def produce_errors(self, records: int) -> None:
-        metrics.PRODUCE_ERRORS.labels(table=self._alias).inc(records)
 
     def committed(self, offset: SourceOffset) -> None:
         self.status.committed = offset

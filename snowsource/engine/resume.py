@@ -204,13 +204,7 @@ async def rebuild_dedup(
         result, cursor, written_ms, sliced=spec.backfill_slices > 1
     )
     before = cache.evictions_by_cap
-    skipped = 0
-    for record in result.records:
-        produced_after = written_ms is not None and record.produced_ms >= written_ms
-        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
-            cache.remember(record.id, record.ts, record.digest)
-        else:
-            skipped += 1
+    skipped = _remember(result, cache, cursor, written_ms=written_ms, beyond=beyond)
     fields = {
         "topic": spec.topic,
         "since": since,
@@ -293,6 +287,27 @@ def _incomplete(spec: TableSpec, result: TailResult, max_entries: int) -> TableF
         f"rows of the re-read window twice. Raise dedup.max.entries, or give the table a "
         f"topic of its own"
     )
+
+
+def _remember(
+    result: TailResult,
+    cache: DedupCache,
+    cursor: Position,
+    *,
+    written_ms: int | None,
+    beyond: bool,
+) -> int:
+    """Put the records that may suppress a row in ``cache``: those up to the cursor, and those
+    after it that a crash left (``beyond``, or produced after the offset was written). The
+    number of records left out (a rewound range, to be emitted again)."""
+    skipped = 0
+    for record in result.records:
+        produced_after = written_ms is not None and record.produced_ms >= written_ms
+        if beyond or produced_after or Position(record.ts, record.id) <= cursor:
+            cache.remember(record.id, record.ts, record.digest)
+        else:
+            skipped += 1
+    return skipped
 
 
 def _log_rebuilt(

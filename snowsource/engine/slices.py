@@ -45,6 +45,7 @@ from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.slices import Backfill, SliceRange
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page
+from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.delivery import TableDelivery
 from snowsource.engine.reader import TableReader
@@ -57,9 +58,6 @@ from snowsource.runtime.retrying import StoppedError
 
 __all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
 
-#: Counts a delivered page and raises what its failure means; returns the records acked.
-Account = Callable[[PagePlan, PageAck | None, SweepCounts, Position], int]
-
 
 @dataclass(frozen=True)
 class SliceTools:
@@ -68,14 +66,21 @@ class SliceTools:
     spec: TableSpec
     reader: TableReader
     hooks: StreamHooks
-    #: A delivery for one slice: a fresh one each (at least once), or the table's own, whose
-    #: transactions are one at a time anyway (exactly once).
-    delivery: Callable[[], TableDelivery]
-    account: Account
     recorder: TableRecorder
-    now: Callable[[], datetime]  # instance time, for the lag while backfilling
     stop: StopSignal
+    #: The table's own delivery, and how to make another like it.
+    table_delivery: TableDelivery
+    fresh_delivery: Callable[[], TableDelivery]
+    now: Callable[[], datetime]  # instance time, for the lag while backfilling
     pages: PageBudget | None = None
+
+    def delivery(self) -> TableDelivery:
+        """A delivery for one slice: a fresh one each (at least once), so slices produce side
+        by side; the table's own with exactly once: one transactional producer per table, whose
+        transactions take turns anyway."""
+        if self.table_delivery.exactly_once:
+            return self.table_delivery
+        return self.fresh_delivery()
 
 
 async def sliced_sweep(
@@ -225,15 +230,7 @@ class SlicedBackfill:
                         previous=previous,
                     )  # fmt: skip
                     if not keys and (previous_full or previous is None):
-                        # A range's first page says nothing came before it: an empty one may
-                        # be a page of rows the user cannot read (ACLs apply after
-                        # sysparm_limit); it is stuck only when a whole page of the range's
-                        # matches was hidden. Asked before the board hears of the page: an
-                        # empty page finishes the range, and the other slices' prefix must not
-                        # pass it while the count is in flight.
-                        await tools.reader.check_hidden(
-                            got.after, got.end_hi, at_least=1 if previous_full else limit
-                        )
+                        await self._hidden_rows(got, after_full_page=previous_full)
                     keep = board.arrived(r, keys, got.reserved)
                     if not r.finished:
                         fetch = asyncio.create_task(self._fetch_for(r))
@@ -256,6 +253,18 @@ class SlicedBackfill:
             if fetch is not None:
                 fetch.cancel()
                 await asyncio.gather(fetch, return_exceptions=True)
+
+    async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
+        """Fail the table when an empty page of a range hid a whole page of its matches.
+
+        A range's first page says nothing came before it: an empty one may be a page of rows
+        the user cannot read (ACLs apply after sysparm_limit); it is stuck only when a whole
+        page of the range's matches was hidden. Asked before the board hears of the page: an
+        empty page finishes the range, and the other slices' prefix must not pass it while the
+        count is in flight.
+        """
+        at_least = 1 if after_full_page else got.limit
+        await self._tools.reader.check_hidden(got.after, got.end_hi, at_least=at_least)
 
     async def _fetch_for(self, r: SliceRange) -> _Fetched:
         """``r``'s next page: once admitted, reserved on the board, and fetched."""
@@ -368,7 +377,8 @@ class SlicedBackfill:
         emitted = ack.acked if ack is not None else 0
         self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
         self._moved()  # the prefix first: the status shows the cursor it moved to
-        self._tools.account(plan, ack, self._counts, self._gen.cursor)
+        self._tools.recorder.page_delivered(self._counts, self._gen.cursor, plan, ack)
+        failures.refused(self._spec, plan, ack)
 
     # ------------------------------------------------------------------ the prefix
 

@@ -26,7 +26,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import UnknownTopicOrPartitionError
 
-from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.kafka import KafkaConnection, close_fully
 from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -81,10 +81,8 @@ class TopicWatch(AsyncResource):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._admin is not None:
-            try:
-                async with (deadline or Deadline.never()).limit(5.0):
-                    await self._admin.close()
-            except TimeoutError:
+            seconds = (deadline or Deadline.never()).remaining(5.0)
+            if not await close_fully(self._admin, within=seconds):
                 log.warning("the topic watch's admin client did not close in time; abandoning it")
 
     def missing(self) -> set[str]:

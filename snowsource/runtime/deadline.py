@@ -33,6 +33,10 @@ class Deadline:
         """No bound at all (``remaining()`` is infinite)."""
         return cls(math.inf)
 
+    def earlier(self, seconds: float) -> Deadline:
+        """The instant ``seconds`` before this one (``Deadline.never()`` stays unbounded)."""
+        return Deadline(self._at - max(seconds, 0.0))
+
     @property
     def bounded(self) -> bool:
         """False for ``Deadline.never()``."""

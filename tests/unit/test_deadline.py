@@ -25,6 +25,14 @@ def test_never_is_unbounded() -> None:
     assert never.remaining(cap=2) == 2
 
 
+def test_earlier_is_an_instant_before_and_never_stays_unbounded() -> None:
+    deadline = Deadline.after(10)
+    assert 6.9 < deadline.earlier(3).remaining() <= 7.0 < deadline.remaining()
+    assert deadline.earlier(20).remaining() == 0
+    assert deadline.earlier(-5).remaining() <= 10  # never later
+    assert not Deadline.never().earlier(1).bounded
+
+
 async def test_limit_cancels_the_block_at_the_deadline() -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
