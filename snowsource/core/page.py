@@ -165,6 +165,19 @@ def page_positions(
     return keys
 
 
+def rows_before(
+    spec: TableSpec, shaper: RecordShaper, rows: Sequence[dict[str, Any]], end: str
+) -> int:
+    """How many leading rows lie before second ``end`` by their timestamps (a parallel backfill
+    range's end). A row whose timestamp is not readable counts as before: it is validated,
+    never skipped."""
+    for index, row in enumerate(rows):
+        stamp = _field(shaper, row, spec.timestamp_field)
+        if stamp is not None and is_valid_ts(stamp) and stamp >= end:
+            return index
+    return len(rows)
+
+
 def plan_page(
     spec: TableSpec,
     shaper: RecordShaper,

@@ -39,9 +39,10 @@ from typing import Any
 import structlog
 
 from snowsource.core.cursor import Position, next_sweep_start, parse_ts
+from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.outbound import PageAck
-from snowsource.core.page import PagePlan, page_positions, plan_page
+from snowsource.core.page import PagePlan, page_positions, plan_page, rows_before
 from snowsource.core.slices import Backfill, SliceRange
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page
@@ -211,7 +212,7 @@ class SlicedBackfill:
         The next page is asked for as soon as this one's last position is known, before it is
         planned and produced, so a slice keeps its request slot as busy as one pager does.
         """
-        tools, spec, board = self._tools, self._spec, self.board
+        tools, board = self._tools, self.board
         cursor = late_floor = max(r.start, self._committed)
         previous: Position | None = None
         previous_full = False
@@ -225,10 +226,7 @@ class SlicedBackfill:
                     tools.recorder.page_read(self._counts)
                     rows = got.page.rows
                     await tools.hooks.prepare(rows)
-                    keys = page_positions(
-                        spec, tools.hooks.shaper, rows, after=got.after, hi=got.hi,
-                        previous=previous,
-                    )  # fmt: skip
+                    rows, keys = self._positions(r, got, rows, previous)
                     if not keys and (previous_full or previous is None):
                         await self._hidden_rows(got, after_full_page=previous_full)
                     keep = board.arrived(r, keys, got.reserved)
@@ -253,6 +251,27 @@ class SlicedBackfill:
             if fetch is not None:
                 fetch.cancel()
                 await asyncio.gather(fetch, return_exceptions=True)
+
+    def _positions(
+        self,
+        r: SliceRange,
+        got: _Fetched,
+        rows: list[dict[str, Any]],
+        previous: Position | None,
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+        """The page's rows and their positions. A row that FAILs the table but lies past the
+        range's end is left to its own range's reader, which meets it after the prefix it
+        follows (this range's rows may still be in production): the page ends before it."""
+        spec, shaper = self._spec, self._tools.hooks.shaper
+        try:
+            keys = page_positions(spec, shaper, rows, after=got.after, hi=got.hi, previous=previous)
+        except TableFailedError:
+            inside = rows_before(spec, shaper, rows, r.end)
+            if inside == len(rows):
+                raise
+            rows = rows[:inside]
+            keys = page_positions(spec, shaper, rows, after=got.after, hi=got.hi, previous=previous)
+        return rows, keys
 
     async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
         """Fail the table when an empty page of a range hid a whole page of its matches.

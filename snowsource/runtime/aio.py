@@ -29,8 +29,14 @@ async def done_before(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await waiter
+        except asyncio.CancelledError:
+            # The waiter's own cancellation is expected; a cancel of the task running this
+            # (arriving while the waiter unwinds) must not be swallowed with it.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
     return task.done()
 
 

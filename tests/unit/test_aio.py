@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from snowsource.runtime.aio import done_before, sleep_or_stop
 
 
@@ -39,3 +41,25 @@ async def test_done_before_leaves_the_task_running_when_stop_wins() -> None:
     release.set()
     await task
     assert len(asyncio.all_tasks()) == 1
+
+
+@pytest.mark.parametrize("steps", range(6))
+async def test_a_cancel_arriving_while_done_before_unwinds_is_not_swallowed(steps: int) -> None:
+    # done_before suspends twice per call: in its wait, then while its stop waiter unwinds.
+    # A cancel landing in either must end the task that called it (the second was once
+    # swallowed, and a parallel-backfill slice waited for ever on a cancelled task group).
+    stop = asyncio.Event()
+    ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ready.set_result(None)
+
+    async def looping() -> None:
+        while True:
+            await done_before(ready, stop)
+
+    task = asyncio.create_task(looping())
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, "the cancel was swallowed: the task is still looping"
+    assert task.cancelled()
