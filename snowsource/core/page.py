@@ -222,6 +222,7 @@ def plan_page(
             value_digest = digest(value)
             if not dedup.should_emit(ident, ts, value_digest):
                 plan.suppressed += 1
+                shaper.forget(ident)
                 continue
             if floor <= key < cur and not known(ident):
                 plan.late += 1

@@ -74,6 +74,9 @@ class RecordShaper:
                 shaped[name] = value.get("display_value", "")
         return shaped
 
+    def forget(self, row_id: str) -> None:
+        """A row shaped by ``value_bytes`` was not emitted (the dedup cache suppressed it)."""
+
     def value_bytes(self, row: Mapping[str, Any]) -> bytes:
         """Compact UTF-8 JSON of the shaped row."""
         if self.display_value != "true":
@@ -87,9 +90,10 @@ class TypedShaper(RecordShaper):
 
     ``columns`` (element -> internal type) is filled, and refilled when an unknown column
     appears, by the engine; with ``typed`` False it stays empty and every value keeps its
-    string. ``unparsed`` collects, per row id, the fields of the rows shaped since the caller
-    last took them that did not parse: the dedup cache shapes rows it then suppresses, so only
-    the caller knows which rows were really emitted and should be counted.
+    string. ``unparsed`` collects, per row id, the fields that did not parse of the rows shaped
+    and not yet taken (at delivery) or forgotten (suppressed by the dedup cache): pages of a
+    table are planned while earlier ones are still being delivered (slices, fetch-ahead), so
+    the entries live until their own row is counted or dropped.
     """
 
     typed: bool = True
@@ -113,6 +117,9 @@ class TypedShaper(RecordShaper):
     def take_unparsed(self, row_id: str) -> tuple[str, ...]:
         """The fields of row ``row_id`` that did not parse, forgotten once taken."""
         return self.unparsed.pop(row_id, ())
+
+    def forget(self, row_id: str) -> None:
+        self.unparsed.pop(row_id, None)
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,6 @@ class TableHooks(StreamHooks):
         typed = self._typed
         if typed is None:
             return frozenset()
-        typed.unparsed.clear()  # left by rows of the previous page that were suppressed
         unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
         if unknown:
             self._log.info(
