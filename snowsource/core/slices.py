@@ -319,6 +319,31 @@ class Backfill:
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
 
+    def should_leave(self, r: SliceRange) -> bool:
+        """Whether ``r``'s reader should stop reading it for now and help nearer the prefix.
+
+        True when more than ``max_ahead`` rows (estimated) are still unread between the prefix
+        and ``r``, and a range before ``r`` can be split: ``r``'s rows would wait ahead of the
+        prefix until all of those are read, spending the allowance the ranges next to the
+        prefix need (a skewed table's dense week, found only once its first page arrived,
+        would otherwise be read by one slice while the others sit at the limit).
+        """
+        if r.finished or self.holds_prefix(r):
+            return False
+        index = self.ranges.index(r)
+        seconds_a_page = self._seconds_a_page()
+        if not self._beyond_reach(index, seconds_a_page):
+            return False
+        before = self.ranges[self._prefix_index() : index]
+        return any(_worth_splitting(x, seconds_a_page) for x in before)
+
+    def leave(self, r: SliceRange) -> None:
+        """``r``'s reader stops reading it (no page of it in flight): it is free again, from
+        where its pages ended, for whichever slice gets there (:meth:`take`)."""
+        if r.reserved:
+            raise ValueError(f"a page of {r!r} is still in flight")
+        r.reader = None
+
     def _beyond_reach(self, index: int, seconds_a_page: float) -> bool:
         """Whether more than ``max_ahead`` rows are expected between the prefix and range
         ``index`` (unknown until a full page told the page size)."""

@@ -11,8 +11,10 @@ or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. Th
   finishes it: no empty request per range), produce each page as it arrives while fetching the
   next (one unacknowledged page per slice), repeat until nothing is left to take or steal;
 - before each page a slice outside the prefix range waits until ``backfill.max.ahead.rows``
-  allows it, and until the table has a committed offset at all (so a crash never leaves records
-  ahead of a table that has no offset: the §13.4 rebuild needs a committed cursor to start from);
+  allows it, or leaves its range for one nearer the prefix when more than that many rows are
+  still unread before it (``Backfill.should_leave``); it produces only once the table has a
+  committed offset at all (so a crash never leaves records ahead of a table that has no offset:
+  the §13.4 rebuild needs a committed cursor to start from), but fetches meanwhile;
 - after each acknowledged page the prefix is recomputed and, when it moved, committed through
   the generation's committer, in cursor order with every other offset of the table. With
   exactly-once each page's transaction carries the prefix as it stands with that page included.
@@ -144,12 +146,15 @@ class SlicedBackfill:
         self._log.info(
             "sliced backfill", slices=spec.backfill_slices, ranges=len(board.ranges), hi=board.hi
         )
+        self._gen.on_committed = self._wake  # slices wait for the table's first offset
         try:
             async with asyncio.TaskGroup() as group:
                 for index in range(spec.backfill_slices):
                     group.create_task(self._slice(index), name=f"slice:{spec.alias}:{index}")
         except BaseExceptionGroup as failed:
             raise first_error(failed) from None
+        finally:
+            self._gen.on_committed = None
         if not board.done():
             raise StoppedError("stop requested during the sliced backfill")
         return board.last_read()
@@ -213,13 +218,16 @@ class SlicedBackfill:
         planned and produced, so a slice keeps its request slot as busy as one pager does.
         """
         tools, board = self._tools, self.board
-        cursor = late_floor = max(r.start, self._committed)
+        # A range left by another slice (``Backfill.leave``) resumes where its pages ended.
+        cursor = late_floor = max(r.after, self._committed)
         previous: Position | None = None
         previous_full = False
-        fetch: asyncio.Task[_Fetched] | None = asyncio.create_task(self._fetch_for(r))
+        fetch: asyncio.Task[_Fetched | None] | None = asyncio.create_task(self._fetch_for(r))
         try:
             while fetch is not None:
                 got = await fetch
+                if got is None:
+                    return  # left for a range nearer the prefix
                 fetch, limit = None, got.limit
                 handed_over = False
                 try:
@@ -285,11 +293,14 @@ class SlicedBackfill:
         at_least = 1 if after_full_page else got.limit
         await self._tools.reader.check_hidden(got.after, got.end_hi, at_least=at_least)
 
-    async def _fetch_for(self, r: SliceRange) -> _Fetched:
-        """``r``'s next page: once admitted, reserved on the board, and fetched."""
+    async def _fetch_for(self, r: SliceRange) -> _Fetched | None:
+        """``r``'s next page: once admitted, reserved on the board, and fetched; ``None``
+        when the slice left ``r`` to help nearer the prefix (``Backfill.should_leave``)."""
         board = self.board
         reserved = self._tools.reader.sizer.size
-        await self._admitted(r, reserved)
+        if not await self._admitted(r, reserved):
+            board.leave(r)
+            return None
         after, end_hi, hi = r.after, r.hi, board.hi
         board.reserve(r, reserved)
         try:
@@ -320,21 +331,30 @@ class SlicedBackfill:
         if not await done_before(waiter, self._tools.stop.event):
             raise StoppedError("stop requested")
 
+    async def _offset_exists(self, r: SliceRange) -> None:
+        """Produce ahead of the prefix only once the table has a committed offset: a crash
+        must never leave records ahead of a table without one (the §13.4 rebuild starts from a
+        committed cursor). Only producing waits: the slices' first pages are fetched meanwhile.
+        """
+        while self._tools.recorder.status.committed is None and not self.board.holds_prefix(r):
+            await self._next_page()
+
     def _contended(self) -> bool:
         """Requests wait for the session pool, or pages for the process's page budget."""
         pages = self._tools.pages
         return self._tools.reader.contended() or (pages is not None and pages.waiting > 0)
 
-    async def _admitted(self, r: SliceRange, limit: int) -> None:
-        """Wait until ``r`` may fetch a page of ``limit`` rows (``StoppedError`` on stop)."""
-        board, tools = self.board, self._tools
-        while not board.holds_prefix(r) and not (
-            tools.recorder.status.committed is not None and board.may_fetch(r, limit)
-        ):
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            if not await done_before(waiter, tools.stop.event):
-                raise StoppedError("stop requested")
+    async def _admitted(self, r: SliceRange, limit: int) -> bool:
+        """Wait until ``r`` may fetch a page of ``limit`` rows; False when its slice should
+        leave it instead (``StoppedError`` on stop)."""
+        board = self.board
+        while not board.holds_prefix(r):
+            if board.should_leave(r):
+                return False
+            if board.may_fetch(r, limit):
+                break
+            await self._next_page()
+        return True
 
     async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
         """A page, once the page budget has room; abandoned at once when stop is requested."""
@@ -388,6 +408,7 @@ class SlicedBackfill:
         """Produce a page and wait for its acks; the prefix then takes them in."""
         ack: PageAck | None = None
         if plan.emits:
+            await self._offset_exists(r)
             last = plan.emits[-1].position
             plan.commit_offset = lambda: self._transaction_offset(r, last)
             ack = await delivery.deliver_page(plan)

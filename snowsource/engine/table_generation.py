@@ -14,6 +14,7 @@ when the deadline passes first.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 
 from snowsource.core.cursor import Position, first_sweep_start
@@ -54,7 +55,9 @@ class TableGeneration:
             committed is None or committed.phase == "backfill"
         )
         self.dedup = DedupCache(spec.dedup_max_entries)
-        self.committer = Committer(offsets, spec.partition, stop, recorder.committed)
+        self.committer = Committer(offsets, spec.partition, stop, self._written)
+        #: Called after each offset write (the sliced backfill waits for its first one).
+        self.on_committed: Callable[[], None] | None = None
         self._committed = committed
         self._recorder = recorder
         self._stop = stop
@@ -62,6 +65,11 @@ class TableGeneration:
         self._ending = False
         self._commit_failure: BaseException | None = None
         recorder.generation_began(committed, self.cursor, self.start)
+
+    def _written(self, offset: SourceOffset) -> None:
+        self._recorder.committed(offset)
+        if self.on_committed is not None:
+            self.on_committed()
 
     def commit(self, offset: SourceOffset) -> None:
         """Queue ``offset``, the last of a page's acknowledged prefix, behind earlier ones."""
