@@ -345,8 +345,10 @@ class Backfill:
         r.reader = None
 
     def _beyond_reach(self, index: int, seconds_a_page: float) -> bool:
-        """Whether more than ``max_ahead`` rows are expected between the prefix and range
-        ``index`` (unknown until a full page told the page size)."""
+        """Whether range ``index``'s rows could not join the prefix within the allowance: the
+        rows already read (or being fetched) ahead of the prefix plus those expected unread
+        between the prefix and the range exceed ``max_ahead`` (unknown until a full page told
+        the page size)."""
         if self._page_rows is None:
             return False
         pages = sum(
@@ -354,7 +356,7 @@ class Backfill:
             for r in self.ranges[self._prefix_index() : index]
             if not r.finished
         )
-        return pages * self._page_rows > self.max_ahead
+        return self._claimed_ahead() + pages * self._page_rows > self.max_ahead
 
     def _seconds_a_page(self) -> float:
         """Seconds a full page spans on average so far (for ranges without a full page yet);
