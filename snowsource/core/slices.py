@@ -322,11 +322,12 @@ class Backfill:
     def should_leave(self, r: SliceRange) -> bool:
         """Whether ``r``'s reader should stop reading it for now and help nearer the prefix.
 
-        True when more than ``max_ahead`` rows (estimated) are still unread between the prefix
-        and ``r``, and a range before ``r`` can be split: ``r``'s rows would wait ahead of the
-        prefix until all of those are read, spending the allowance the ranges next to the
-        prefix need (a skewed table's dense week, found only once its first page arrived,
-        would otherwise be read by one slice while the others sit at the limit).
+        True when ``r`` lies beyond reach (the rows read ahead of the prefix plus those
+        expected unread before ``r`` exceed ``max_ahead``) and a range before ``r`` can be
+        split: reading on would spend the allowance the ranges next to the prefix need (a
+        skewed table's dense week, found only once its first page arrived, was otherwise read
+        by one slice while the others sat at the limit). Its reader fetches no more pages of
+        ``r`` and leaves it (:meth:`leave`) once its last page there is acknowledged.
         """
         if r.finished or self.holds_prefix(r):
             return False
@@ -338,10 +339,12 @@ class Backfill:
         return any(_worth_splitting(x, seconds_a_page) for x in before)
 
     def leave(self, r: SliceRange) -> None:
-        """``r``'s reader stops reading it (no page of it in flight): it is free again, from
-        where its pages ended, for whichever slice gets there (:meth:`take`)."""
-        if r.reserved:
-            raise ValueError(f"a page of {r!r} is still in flight")
+        """``r``'s reader stops reading it: it is free again, from where its pages ended, for
+        whichever slice gets there (:meth:`take`). Only with no page of ``r`` in flight or
+        unacknowledged: the next reader's pages must be acknowledged after those, or the
+        prefix could pass a row Kafka has not acknowledged."""
+        if r.reserved or r.pending:
+            raise ValueError(f"a page of {r!r} is still in flight or unacknowledged")
         r.reader = None
 
     def _beyond_reach(self, index: int, seconds_a_page: float) -> bool:

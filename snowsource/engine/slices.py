@@ -234,7 +234,13 @@ class SlicedBackfill:
                     tools.recorder.page_read(self._counts)
                     rows = got.page.rows
                     await tools.hooks.prepare(rows)
-                    rows, keys = self._positions(r, got, rows, previous)
+                    try:
+                        rows, keys = self._positions(r, got, rows, previous)
+                    except TableFailedError:
+                        handed_over = True  # its page slot is free while the prefix comes
+                        self._release()
+                        await self._prefix_reaches(r)
+                        raise
                     if not keys and (previous_full or previous is None):
                         await self._hidden_rows(got, after_full_page=previous_full)
                     keep = board.arrived(r, keys, got.reserved)
@@ -280,6 +286,13 @@ class SlicedBackfill:
             rows = rows[:inside]
             keys = page_positions(spec, shaper, rows, after=got.after, hi=got.hi, previous=previous)
         return rows, keys
+
+    async def _prefix_reaches(self, r: SliceRange) -> None:
+        """Wait until every row before ``r``'s next one is acknowledged: a bad row FAILs the
+        table with everything before it in Kafka and committed, as with one pager (the other
+        slices read on meanwhile, within ``backfill.max.ahead.rows``)."""
+        while not (self.board.holds_prefix(r) and r.pending == 0):
+            await self._next_page()
 
     async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
         """Fail the table when an empty page of a range hid a whole page of its matches.
@@ -350,8 +363,9 @@ class SlicedBackfill:
         board = self.board
         while not board.holds_prefix(r):
             if board.should_leave(r):
-                return False
-            if board.may_fetch(r, limit):
+                if not r.pending:  # else its page in production is acknowledged first
+                    return False
+            elif board.may_fetch(r, limit):
                 break
             await self._next_page()
         return True

@@ -191,6 +191,46 @@ def test_a_free_range_beyond_max_ahead_rows_waits_while_the_ranges_before_it_are
     assert (free.start.ts, free.end) == (ts(200), ts(400))
 
 
+def test_a_range_found_beyond_reach_is_left_for_ranges_nearer_the_prefix() -> None:
+    b = board(seconds=400, slices=1, ranges_per_slice=2, max_ahead=50)
+    dense, far = b.take(0), b.take(1)  # taken before any density is known
+    assert dense is not None
+    assert far is not None
+    b.reserve(far, 10)
+    b.arrived(far, [(ts(200 + 19 * i), str(i)) for i in range(1, 11)], 10)  # sparse
+    assert not b.should_leave(far)  # nothing says the prefix range is large yet
+    b.reserve(dense, 10)
+    b.arrived(dense, [(ts(i), str(i)) for i in range(1, 11)], 10)  # 10 s a page: 19 left
+    # 10 rows ahead + 190 expected before it > 50: the far range's reader stops fetching...
+    assert b.should_leave(far)
+    assert not b.should_leave(dense)  # the prefix range is never held back
+    with pytest.raises(ValueError, match="unacknowledged"):
+        b.leave(far)  # ...and leaves it only once its page there is acknowledged
+    b.acked(far, Position(ts(390), "10"))
+    b.leave(far)
+    assert (far.reader, far.after) == (None, Position(ts(390), "10"))
+    # Its slice splits the prefix range instead, halving until a part lies within reach.
+    starts = []
+    while True:
+        r = b.take(1)
+        assert r is not None
+        starts.append(r.start.ts)
+        if not b.should_leave(r):
+            break
+        b.leave(r)
+    assert starts == [ts(105), ts(57), ts(33)]
+    assert b.may_fetch(r, 10)
+    assert dense.end == ts(33)
+    # The parts left untouched wait free, in cursor order, for whoever gets there first.
+    assert [(x.start.ts, x.reader) for x in b.ranges] == [
+        (ts(0), 0),
+        (ts(33), 1),
+        (ts(57), None),
+        (ts(105), None),
+        (ts(200), None),
+    ]
+
+
 def test_a_range_of_one_unread_second_is_never_split() -> None:
     b = board(seconds=2, slices=1, ranges_per_slice=1)
     r = b.take(0)
@@ -353,7 +393,9 @@ class Slice:
     ident: int
     range: SliceRange | None = None
     in_flight: tuple[list[Key], int] | None = None  # page rows, limit
-    unacked: list[list[Key]] = field(default_factory=list)  # the kept keys of each page
+    # The kept keys of each page, with its range: a slice that left a range still awaits the
+    # acks of the page it was producing there.
+    unacked: list[tuple[SliceRange, list[Key]]] = field(default_factory=list)
 
 
 class HiddenPageError(Exception):
@@ -408,6 +450,7 @@ def test_random_schedules_keep_every_promise(  # noqa: PLR0917 - one argument pe
     acked: set[Key] = set()
     last_prefix: Position | None = None
     checked = 0  # visible rows the prefix has passed, each found acknowledged
+    left = 0
     for _ in range(20_000):
         if b.done():
             break
@@ -418,6 +461,11 @@ def test_random_schedules_keep_every_promise(  # noqa: PLR0917 - one argument pe
             worker.range = b.take(worker.ident)
             if worker.range is None:
                 workers.remove(worker)
+        elif kind == "leave":
+            assert worker.range is not None
+            b.leave(worker.range)
+            worker.range = None
+            left += 1
         elif kind == "fetch":
             r = worker.range
             assert r is not None
@@ -435,16 +483,14 @@ def test_random_schedules_keep_every_promise(  # noqa: PLR0917 - one argument pe
             keep = b.arrived(r, page, lim)
             read.extend(page[:keep])
             if keep:
-                worker.unacked.append(page[:keep])
+                worker.unacked.append((r, page[:keep]))
             if r.finished:
                 worker.range = None if not worker.unacked else r
         else:  # ack
-            r = worker.range
-            assert r is not None
-            keys = worker.unacked.pop(0)
+            r, keys = worker.unacked.pop(0)
             acked.update(keys)
             b.acked(r, Position(*keys[-1]))
-            if r.finished and not worker.unacked:
+            if worker.range is not None and worker.range.finished and not worker.unacked:
                 worker.range = None
         prefix = b.prefix()
         if last_prefix is not None:
@@ -472,6 +518,9 @@ def _moves(b: Backfill, workers: list[Slice], limit: int) -> list[tuple[str, Sli
             moves.append(("arrive", w))
         elif w.range is None:
             moves.append(("take", w))
+        elif not w.range.finished and b.should_leave(w.range):
+            if not w.range.pending:
+                moves.append(("leave", w))  # the engine fetches no more and leaves
         elif not w.range.finished and b.may_fetch(w.range, limit):
             moves.append(("fetch", w))
     return moves
