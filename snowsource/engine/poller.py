@@ -98,6 +98,7 @@ class Poller:
             self._delivery,
             deliveries,
             now=clock.now,
+            failures=self._failures,
             pages=pages,
         )
         self._recorder.state(TableState.STARTING)

@@ -51,6 +51,7 @@ from snowsource.core.tableapi import Page
 from snowsource.engine import failures
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.delivery import TableDelivery
+from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.streams import StreamHooks
@@ -75,6 +76,7 @@ class SliceTools:
     table_delivery: TableDelivery
     fresh_delivery: Callable[[], TableDelivery]
     now: Callable[[], datetime]  # instance time, for the lag while backfilling
+    failures: FailureTracker
     pages: PageBudget | None = None
 
     def delivery(self) -> TableDelivery:
@@ -425,7 +427,8 @@ class SlicedBackfill:
             await self._offset_exists(r)
             last = plan.emits[-1].position
             plan.commit_offset = lambda: self._transaction_offset(r, last)
-            ack = await delivery.deliver_page(plan)
+            with self._tools.failures.acks_overdue(self._spec, len(plan.emits)):
+                ack = await delivery.deliver_page(plan)
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
         emitted = ack.acked if ack is not None else 0
@@ -433,6 +436,7 @@ class SlicedBackfill:
         self._moved()  # the prefix first: the status shows the cursor it moved to
         self._tools.recorder.page_delivered(self._counts, self._gen.cursor, plan, ack)
         failures.refused(self._spec, plan, ack)
+        self._tools.failures.succeeded(FailureSource.KAFKA)
 
     # ------------------------------------------------------------------ the prefix
 

@@ -182,19 +182,22 @@ async def test_offset_write_failures_show_while_records_still_go_out(quick: Worl
     await running.finish()
 
 
+@pytest.mark.parametrize("slices", [1, 4])
 async def test_records_kafka_does_not_acknowledge_count_until_they_are(
-    quick: World, monkeypatch: pytest.MonkeyPatch
+    quick: World, monkeypatch: pytest.MonkeyPatch, slices: int
 ) -> None:
     monkeypatch.setattr(failures, "ACKS_OVERDUE_SECONDS", 0.05)
     quick.sink.auto_ack = False
-    running = Running(quick.poller(quick.spec(), StopSignal()))
+    running = Running(quick.poller(quick.spec(backfill_slices=slices), StopSignal()))
     status = running.poller.status
-    # aiokafka keeps records waiting while no broker answers: the wait itself is the failure.
+    # aiokafka keeps records waiting while no broker answers: the wait itself is the failure
+    # (a sliced backfill's pages too: one page of a range, of up to 5 records).
     await poll_until(lambda: status.consecutive_failures >= 2)
-    assert "Kafka has not acknowledged a page of 5 record(s) for topic snow.incident" in (
-        status.last_error or ""
-    )
+    waiting = " record(s) for topic snow.incident" if slices > 1 else " 5 record(s) for topic"
+    assert "Kafka has not acknowledged a page of" in (status.last_error or "")
+    assert waiting in (status.last_error or "")
     assert status.state == TableState.RUNNING
+    quick.sink.auto_ack = True  # the broker is back: the waiting page and every later one
     quick.sink.ack_all()
     await poll_until(lambda: status.caught_up)
     assert failing(status) == (0, None, None)
