@@ -172,9 +172,13 @@ class ServiceNowClient(AsyncResource):
         """The session pool now (limit, sessions, in flight); None before start and after close."""
         return self._pool.status() if self._pool is not None else None
 
-    def requests_waiting(self) -> int:
-        """Requests waiting for the session pool's grant now (0 before start and after close)."""
-        return self._pool.status().waiting if self._pool is not None else 0
+    def saturated(self) -> bool:
+        """Whether a request made now would wait for the session pool: every slot of its
+        concurrency limit is taken, or requests wait already (False before start, after close)."""
+        if self._pool is None:
+            return False
+        status = self._pool.status()
+        return status.waiting > 0 or status.in_flight >= status.limit
 
     async def start(self) -> None:
         """Open the connector and the session pool (``async with client:`` does it)."""

@@ -377,6 +377,10 @@ class Backfill:
             return True
         return self._claimed_ahead() + limit <= self.max_ahead
 
+    def settled_before(self, r: SliceRange) -> bool:
+        """Whether every range before ``r`` is read to its end and acknowledged."""
+        return all(x.settled for x in self.ranges[: self.ranges.index(r)])
+
     def holds_prefix(self, r: SliceRange) -> bool:
         """Whether ``r`` is the first range not settled: the one the prefix waits for."""
         index = self._prefix_index()

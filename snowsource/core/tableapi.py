@@ -69,13 +69,6 @@ def page_params(
     return params
 
 
-def first_row_params(spec: TableSpec, after: Position, hi: str) -> dict[str, str]:
-    """The first row of a window, its cursor fields only (where a sliced backfill starts)."""
-    params = page_params(spec, after, hi, 1)
-    params["sysparm_fields"] = f"{spec.timestamp_field},{spec.id_field}"
-    return params
-
-
 def scope_params(query_domain: bool, query_category: str | None) -> dict[str, str]:
     """Domain and query-category parameters every request about the table carries."""
     params: dict[str, str] = {}

@@ -26,9 +26,9 @@ class PageSource(Protocol):
 
 @runtime_checkable
 class SharedSource(Protocol):
-    """A page source shared by several readers (the session pool): how many requests wait."""
+    """A page source shared by several readers (the session pool): whether it has room."""
 
-    def requests_waiting(self) -> int: ...
+    def saturated(self) -> bool: ...
 
 
 class Sink(Protocol):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
@@ -24,7 +23,7 @@ from snowsource.core.errors import (
 )
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import Page, clock_probe_params, first_row_params, page_params
+from snowsource.core.tableapi import Page, clock_probe_params, page_params
 from snowsource.engine.clock_probe import observed
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.ports import PageSource, SharedSource
@@ -54,10 +53,10 @@ class TableReader:
         self.sizer = PageSizer(spec.batch_size)
 
     def contended(self) -> bool:
-        """Whether requests (of any table) wait for the instance now: one more reader of this
-        table would only queue behind them."""
+        """Whether the instance's request slots (of every table) are all busy now: one more
+        reader of this table would only queue behind them."""
         client = self._client
-        return isinstance(client, SharedSource) and client.requests_waiting() > 0
+        return isinstance(client, SharedSource) and client.saturated()
 
     async def page(self, after: Position, hi: str) -> tuple[Page, int]:
         """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with."""
@@ -69,13 +68,6 @@ class TableReader:
 
         page = await self._request(params, sizing=True)
         return page, limits[-1]
-
-    async def first_row(self, after: Position, hi: str) -> dict[str, Any] | None:
-        """The window's first row (cursor fields only), or ``None`` when the instance returned
-        none: an empty window, or a first row the user may not read (ACLs follow the limit)."""
-        params = first_row_params(self._spec, after, hi)
-        page = await self._request(lambda: params, sizing=False)
-        return page.rows[0] if page.rows else None
 
     async def ensure_clock(self, clock: InstanceClock) -> None:
         """HI is never computed from the local clock alone: see one ``Date`` header first

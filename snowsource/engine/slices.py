@@ -126,6 +126,7 @@ class SlicedBackfill:
         # follows (it starts at HI - overlap): they need no dedup entry.
         self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
         self._waiters: list[asyncio.Future[None]] = []
+        self._unclaimed = False  # the window's first page holds a page slot no slice took yet
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
 
     def _board(self, start: Position, hi: str) -> Backfill:
@@ -143,7 +144,8 @@ class SlicedBackfill:
 
         Raises ``StoppedError`` when stopped before the end, and a slice's failure as is.
         """
-        await self._from_first_row()
+        first = await self._first_page()
+        self._unclaimed = first is not None  # its page slot, until slice 0 takes the page
         spec, board = self._spec, self.board
         self._log.info(
             "sliced backfill", slices=spec.backfill_slices, ranges=len(board.ranges), hi=board.hi
@@ -152,36 +154,57 @@ class SlicedBackfill:
         try:
             async with asyncio.TaskGroup() as group:
                 for index in range(spec.backfill_slices):
-                    group.create_task(self._slice(index), name=f"slice:{spec.alias}:{index}")
+                    given = first if index == 0 else None
+                    group.create_task(self._slice(index, given), name=f"slice:{spec.alias}:{index}")
         except BaseExceptionGroup as failed:
             raise first_error(failed) from None
         finally:
             self._gen.on_committed = None
+            if self._unclaimed:  # cancelled before slice 0 ran
+                self._release()
         if not board.done():
             raise StoppedError("stop requested during the sliced backfill")
         return board.last_read()
 
-    async def _from_first_row(self) -> None:
-        """Cut the ranges from the window's first row on, not from ``start.timestamp``: a table
-        whose rows begin in 2015 would otherwise give most slices decades of nothing."""
+    async def _first_page(self) -> tuple[SliceRange, _Fetched] | None:
+        """Read the window's first page, then cut the ranges from its first row on, not from
+        ``start.timestamp`` (a table whose rows begin in 2015 would otherwise give most slices
+        decades of nothing); the page is the first range's first page, so cutting costs no
+        request of its own. ``None`` when it came back empty (an empty window, or rows hidden by
+        ACLs): the ranges then cover the whole window and each range's reader checks its own.
+        """
         start, hi = self._start, self.board.hi
-        row = await self._tools.reader.first_row(start, hi)
-        if row is None:
-            return  # empty, or a first row hidden by ACLs: the ranges cover the whole window
-        ts, _ = page_positions(
-            self._spec, self._tools.hooks.shaper, [row], after=start, hi=hi, previous=None
-        )[0]
+        page, limit = await self._fetch(start, hi)  # its page slot is ours from here on
+        try:
+            if not page.rows:
+                self._release()
+                return None
+            ts, _ = page_positions(
+                self._spec, self._tools.hooks.shaper, page.rows[:1], after=start, hi=hi,
+                previous=None,
+            )[0]  # fmt: skip
+        except BaseException:
+            self._release()
+            raise
         if ts > start.ts:
             self.board = self._board(Position(ts, ""), hi)
+        r = self.board.take(0)
+        assert r is self.board.ranges[0], "nothing is read before the first range"
+        self.board.reserve(r, limit)
+        return r, _Fetched(page, limit, start, r.hi, hi, limit)
 
     # ------------------------------------------------------------------ one slice
 
-    async def _slice(self, index: int) -> None:
+    async def _slice(self, index: int, given: tuple[SliceRange, _Fetched] | None) -> None:
+        """One slice: read ranges until none is left; ``given`` is the first range with its
+        first page already fetched (slice 0)."""
         delivery = self._tools.delivery()
         # The page whose acks this slice awaits while it fetches the next (at most one: one
         # unacknowledged page per slice, as one pager has per table, SPEC §5 pipelining).
         producing: list[asyncio.Task[None]] = []
         try:
+            if given is not None:
+                await self._read(given[0], delivery, producing, given[1])
             while not self._tools.stop.is_set():
                 if index > 0:
                     await self._while_contended()
@@ -209,25 +232,29 @@ class SlicedBackfill:
             self._wake()
 
     async def _read(
-        self, r: SliceRange, delivery: TableDelivery, producing: list[asyncio.Task[None]]
+        self,
+        r: SliceRange,
+        delivery: TableDelivery,
+        producing: list[asyncio.Task[None]],
+        first: _Fetched | None = None,
     ) -> None:
-        """Page ``r`` until it is finished (read to its end, or its end handed over).
-
-        Pages ask for rows up to the backfill's ``HI``, not the range's end: the first row past
-        the end finishes the range (the board clips it), so a range ends without an extra empty
-        request — and, unlike a short page, that proves the end even when ACLs shorten pages.
-        The next page is asked for as soon as this one's last position is known, before it is
-        planned and produced, so a slice keeps its request slot as busy as one pager does.
+        """Page ``r`` until it is finished (read to its end, or its end handed over), from
+        ``first`` when its first page was fetched already. Pages ask up to the backfill's HI
+        (module docstring); the next is asked for as soon as this one's last position is known,
+        before it is planned and produced, so a slice's request slot stays as busy as a pager's.
         """
         tools, board = self._tools, self.board
         # A range left by another slice (``Backfill.leave``) resumes where its pages ended.
         cursor = late_floor = max(r.after, self._committed)
         previous: Position | None = None
         previous_full = False
-        fetch: asyncio.Task[_Fetched | None] | None = asyncio.create_task(self._fetch_for(r))
+        fetch: asyncio.Future[_Fetched | None] | None = (
+            _ready(first) if first is not None else asyncio.create_task(self._fetch_for(r))
+        )
         try:
             while fetch is not None:
-                got = await fetch
+                got = await fetch  # a done future (the first page) does not suspend
+                self._unclaimed = self._unclaimed and got is not first  # its slot: released below
                 if got is None:
                     return  # left for a range nearer the prefix
                 fetch, limit = None, got.limit
@@ -236,13 +263,7 @@ class SlicedBackfill:
                     tools.recorder.page_read(self._counts)
                     rows = got.page.rows
                     await tools.hooks.prepare(rows)
-                    try:
-                        rows, keys = self._positions(r, got, rows, previous)
-                    except TableFailedError:
-                        handed_over = True  # its page slot is free while the prefix comes
-                        self._release()
-                        await self._prefix_reaches(r)
-                        raise
+                    rows, keys = self._positions(r, got, rows, previous)
                     if not keys and (previous_full or previous is None):
                         await self._hidden_rows(got, after_full_page=previous_full)
                     keep = board.arrived(r, keys, got.reserved)
@@ -263,6 +284,9 @@ class SlicedBackfill:
                     if not handed_over:
                         self._release()
                 self._moved()
+        except TableFailedError:
+            await self._prefix_reaches(r)  # its page slot is free again meanwhile
+            raise
         finally:
             if fetch is not None:
                 fetch.cancel()
@@ -290,10 +314,10 @@ class SlicedBackfill:
         return rows, keys
 
     async def _prefix_reaches(self, r: SliceRange) -> None:
-        """Wait until every row before ``r``'s next one is acknowledged: a bad row FAILs the
-        table with everything before it in Kafka and committed, as with one pager (the other
-        slices read on meanwhile, within ``backfill.max.ahead.rows``)."""
-        while not (self.board.holds_prefix(r) and r.pending == 0):
+        """Wait until every row ``r``'s reader produced, and every row before, is acknowledged:
+        a bad row (or any other failure of the table) FAILs it with everything before in Kafka
+        and committed, as with one pager; the other slices read on meanwhile."""
+        while not (self.board.settled_before(r) and r.pending == 0):
             await self._next_page()
 
     async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
@@ -491,6 +515,15 @@ class _Fetched:
     end_hi: str  # the range's last second when the page was asked for (its count's bound)
     hi: str  # the query's upper bound: the backfill's HI
     reserved: int  # rows reserved on the board for it
+
+
+def _ready(fetched: _Fetched) -> asyncio.Future[_Fetched | None]:
+    """A page fetched before its range's reader started (the window's first), as a done
+    future: awaiting it does not suspend, so no cancel can fall between the hand-over and the
+    reader's own release of its page slot."""
+    future: asyncio.Future[_Fetched | None] = asyncio.get_running_loop().create_future()
+    future.set_result(fetched)
+    return future
 
 
 async def _settle(producing: list[asyncio.Task[None]]) -> None:
