@@ -411,7 +411,10 @@ class Backfill:
         if keep < len(keys) or not keys:
             r.finished = True
         elif len(keys) >= limit:
-            r.page_seconds = max(0, seconds_between(r.after.ts, keys[-1][0]))
+            # A page inside one second (a burst) says little about the seconds after it: count
+            # it as one, or one burst would make its range look endless (every other range
+            # beyond reach, the range split down to single seconds).
+            r.page_seconds = max(1, seconds_between(r.after.ts, keys[-1][0]))
             self._page_rows = limit
         else:
             # Short and not clipped: fewer than a page of readable rows lay ahead of it up to

@@ -126,6 +126,8 @@ class SlicedBackfill:
         # follows (it starts at HI - overlap): they need no dedup entry.
         self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
         self._waiters: list[asyncio.Future[None]] = []
+        self._running = spec.backfill_slices  # slices that have not ended
+        self._failing = 0  # slices holding a failure of the table until the prefix reaches it
         self._unclaimed = False  # the window's first page holds a page slot no slice took yet
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
 
@@ -229,6 +231,7 @@ class SlicedBackfill:
             await asyncio.gather(*producing, return_exceptions=True)
             raise
         finally:
+            self._running -= 1
             self._wake()
 
     async def _read(
@@ -316,9 +319,17 @@ class SlicedBackfill:
     async def _prefix_reaches(self, r: SliceRange) -> None:
         """Wait until every row ``r``'s reader produced, and every row before, is acknowledged:
         a bad row (or any other failure of the table) FAILs it with everything before in Kafka
-        and committed, as with one pager; the other slices read on meanwhile."""
-        while not (self.board.settled_before(r) and r.pending == 0):
-            await self._next_page()
+        and committed, as with one pager; the other slices read on meanwhile. Not when every
+        slice still running holds a failure: nobody would read a range left before them."""
+        self._failing += 1
+        self._wake()
+        try:
+            while not (self.board.settled_before(r) and r.pending == 0):
+                if self._failing >= self._running:
+                    return
+                await self._next_page()
+        finally:
+            self._failing -= 1
 
     async def _hidden_rows(self, got: _Fetched, *, after_full_page: bool) -> None:
         """Fail the table when an empty page of a range hid a whole page of its matches.

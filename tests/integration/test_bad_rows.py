@@ -75,3 +75,31 @@ async def test_unusable_ids_fail_the_table_and_nothing_past_them_is_committed(
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     assert offsets["incident"]["sys_id"] == good["sys_id"]
     assert offsets["u_thing"]["sys_id"] == "k1"
+
+
+async def test_bad_rows_in_many_ranges_of_a_sliced_backfill_fail_it_at_the_first(
+    env: Env, past: Callable[[float], datetime]
+) -> None:
+    # Every slice meets a bad row in a range of its own and holds its failure until the rows
+    # before are acknowledged: the table FAILs (no slice waits for ever on another) with the
+    # committed offset right before the first bad row.
+    env.emu.create_table("u_thing", {"u_key": "string"})
+    good = [
+        env.emu.insert("u_thing", {"u_key": f"g{i}"}, at=past(4000 - i * 400)) for i in range(8)
+    ]
+    for i in range(8):
+        env.emu.insert("u_thing", {"u_key": f"b{i}^bad"}, at=past(3990 - i * 400))
+    settings = env.settings(
+        {"things": {"name": "u_thing", "id.field": "u_key", "batch.size": 1}},
+        **{"backfill.slices": 4},
+    )
+    async with running(settings) as daemon:
+        await poll_until(failed(daemon, "things"))
+        error = status(daemon, "things").last_error
+    assert error is not None
+    assert "contains '^'" in error
+    keys = set(keys_of(await read_topic(env.bootstrap, env.topic("things"))))
+    assert good[0]["u_key"] in keys
+    assert not any("^" in key for key in keys)
+    offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
+    assert offsets["u_thing"]["sys_id"] == good[0]["u_key"]

@@ -101,7 +101,10 @@ async def test_two_requests_per_session_halve_the_sessions(env: Env) -> None:
     assert stats["peak_in_flight"] >= 6, stats  # type: ignore[operator]
 
 
-async def test_non_pages_mid_backfill_are_retried_without_moving_the_cursor(env: Env) -> None:
+@pytest.mark.parametrize("slices", [1, 4])
+async def test_non_pages_mid_backfill_are_retried_without_moving_the_cursor(
+    env: Env, slices: int
+) -> None:
     env.emu.seed(tables=("incident",), rows=300)
     rows = env.emu.rows("incident")
     pages = 0
@@ -117,7 +120,9 @@ async def test_non_pages_mid_backfill_are_retried_without_moving_the_cursor(env:
             env.emu.faults.add(status=200, html=True, table="incident")
 
     env.emu.on_request(inject)
-    settings = env.settings({"incident": {"name": "incident", "batch.size": 50}})
+    settings = env.settings(
+        {"incident": {"name": "incident", "batch.size": 50}}, **{"backfill.slices": slices}
+    )
     before = {status: non_pages(status) for status in ("200", "202")}
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "incident"), timeout=60)
@@ -131,11 +136,18 @@ async def test_non_pages_mid_backfill_are_retried_without_moving_the_cursor(env:
     ]
     odd = [i for i, r in enumerate(page_requests) if r.status == 202]
     assert odd, "the 202 was never answered"
-    # The three answers that were not pages, and the request after them, asked the same page.
     first = odd[0]
-    same = {page_requests[i].params["sysparm_query"] for i in range(first, first + 4)}
-    assert len(same) == 1
-    assert [r.status for r in page_requests[first : first + 4]] == [202, 200, 200, 200]
+    queries = [r.params["sysparm_query"] for r in page_requests]
+    if slices == 1:
+        # The three answers that were not pages, and the request after them, asked the same page.
+        assert len(set(queries[first : first + 4])) == 1
+        assert [r.status for r in page_requests[first : first + 4]] == [202, 200, 200, 200]
+    else:
+        # Slices request side by side, so the three faults met whichever requests came next:
+        # each of those pages was asked again, by its own slice, from the same position.
+        assert page_requests[first].status == 202
+        for i in range(first, first + 3):
+            assert queries[i] in queries[i + 1 :], f"request {i} was not retried"
     after = {status: non_pages(status) for status in ("200", "202")}
     assert after["202"] - before["202"] == 1
     assert after["200"] - before["200"] == 2
