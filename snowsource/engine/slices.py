@@ -248,7 +248,7 @@ class SlicedBackfill:
         """
         tools, board = self._tools, self.board
         # A range left by another slice (``Backfill.leave``) resumes where its pages ended.
-        cursor = late_floor = max(r.after, self._committed)
+        at = _Cursor(max(r.after, self._committed))
         previous: Position | None = None
         previous_full = False
         fetch: asyncio.Future[_Fetched | None] | None = (
@@ -273,13 +273,11 @@ class SlicedBackfill:
                     if not r.finished:
                         fetch = asyncio.create_task(self._fetch_for(r))
                     if keep:
-                        plan = self._plan(rows[:keep], keys[:keep], cursor, late_floor)
+                        page = (rows[:keep], keys[:keep])
                         del got, rows
-                        cursor = plan.cursor or cursor
                         await _settle(producing)
-                        producing.append(
-                            asyncio.create_task(self._produce(r, plan, delivery), name="slice-page")
-                        )
+                        job = self._produce(r, page, at, delivery)
+                        producing.append(asyncio.create_task(job, name="slice-page"))
                         handed_over = True
                         previous = Position(*keys[keep - 1])
                     previous_full = len(keys) >= limit
@@ -448,9 +446,21 @@ class SlicedBackfill:
             keep_from=min(keys[-1][0], self._keep_from),
         )
 
-    async def _produce(self, r: SliceRange, plan: PagePlan, delivery: TableDelivery) -> None:
-        """Deliver a page while its slice fetches the next; its page slot is free after."""
+    async def _produce(
+        self,
+        r: SliceRange,
+        page: tuple[list[dict[str, Any]], list[tuple[str, str]]],
+        at: _Cursor,
+        delivery: TableDelivery,
+    ) -> None:
+        """Plan and deliver a page while its slice fetches the next; its page slot is free
+        after. Planned here, not by the reader, so the next request leaves first; the pages of
+        one range are planned in order (each waits for the one before it)."""
         try:
+            rows, keys = page
+            plan = self._plan(rows, keys, at.cursor, at.late_floor)
+            del page, rows
+            at.cursor = plan.cursor or at.cursor
             await self._deliver(r, plan, delivery)
         finally:
             self._release()
@@ -514,6 +524,17 @@ class SlicedBackfill:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class _Cursor:
+    """Where one reader of a range stands for planning: the cursor after its last planned
+    page, and where the reader started (rows below may be in Kafka already)."""
+
+    __slots__ = ("cursor", "late_floor")
+
+    def __init__(self, start: Position) -> None:
+        self.cursor = start
+        self.late_floor = start
 
 
 @dataclass(frozen=True)
