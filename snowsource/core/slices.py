@@ -377,6 +377,10 @@ class Backfill:
             return True
         return self._claimed_ahead() + limit <= self.max_ahead
 
+    def pending(self) -> bool:
+        """Whether a page read awaits its acks."""
+        return any(r.pending for r in self.ranges)
+
     def settled_before(self, r: SliceRange) -> bool:
         """Whether every range before ``r`` is read to its end and acknowledged."""
         return all(x.settled for x in self.ranges[: self.ranges.index(r)])

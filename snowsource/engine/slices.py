@@ -290,8 +290,20 @@ class SlicedBackfill:
             raise
         finally:
             if fetch is not None:
-                fetch.cancel()
-                await asyncio.gather(fetch, return_exceptions=True)
+                await self._drop(r, fetch, first)
+
+    async def _drop(
+        self, r: SliceRange, fetch: asyncio.Future[_Fetched | None], first: _Fetched | None
+    ) -> None:
+        """Cancel a fetch its reader no longer waits for; a page it fetched all the same gives
+        back its page slot and its reservation (a table failing, or stopping, while its next
+        page was on the way would otherwise keep a slot of the process's page budget)."""
+        fetch.cancel()
+        (unused,) = await asyncio.gather(fetch, return_exceptions=True)
+        if isinstance(unused, _Fetched):
+            self._unclaimed = self._unclaimed and unused is not first
+            self.board.cancelled(r, unused.reserved)
+            self._release()
 
     def _positions(
         self,
@@ -318,12 +330,13 @@ class SlicedBackfill:
         """Wait until every row ``r``'s reader produced, and every row before, is acknowledged:
         a bad row (or any other failure of the table) FAILs it with everything before in Kafka
         and committed, as with one pager; the other slices read on meanwhile. Not when every
-        slice still running holds a failure: nobody would read a range left before them."""
+        slice still running holds a failure and no page awaits its acks: then nothing can move
+        any more (nobody would read a range left free before them)."""
         self._failing += 1
         self._wake()
         try:
             while not (self.board.settled_before(r) and r.pending == 0):
-                if self._failing >= self._running:
+                if self._failing >= self._running and not self.board.pending():
                     return
                 await self._next_page()
         finally:

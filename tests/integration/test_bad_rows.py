@@ -14,6 +14,7 @@ from datetime import datetime
 import pytest
 
 from snowsource.core.table_status import TableState
+from snowsource.core.timestamps import format_ts
 from snowsource.engine.supervisor import Daemon
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, keys_of, read_offsets, read_topic, running, status
@@ -103,3 +104,32 @@ async def test_bad_rows_in_many_ranges_of_a_sliced_backfill_fail_it_at_the_first
     assert not any("^" in key for key in keys)
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     assert offsets["u_thing"]["sys_id"] == good[0]["u_key"]
+
+
+async def test_a_slice_failing_the_table_gives_back_every_page_slot(
+    env: Env, past: Callable[[float], datetime]
+) -> None:
+    # A record Kafka can never take (over max.request.size) in a later range: its slice holds
+    # the failure until the rows before it are acknowledged, while its next page arrives. That
+    # page's slot of the process's page budget must come back, or every other table would
+    # lose it for the rest of the run.
+    for i in range(120):
+        env.emu.insert("incident", {"short_description": f"row {i}"}, at=past(3600 - i * 30))
+    big = env.emu.insert("incident", {"short_description": "x" * 1_200_000}, at=past(1500))
+    # The pages before the big row's range are slow: its slice surely waits with a page on
+    # the way (its own pages are not slowed).
+    env.emu.faults.add(
+        kind="slow", delay=0.3, times=None, table="incident",
+        window=(format_ts(past(3700)), format_ts(past(1700))),
+    )  # fmt: skip
+    settings = env.settings(
+        {"incident": {"name": "incident", "batch.size": 5}, "changes": {"name": "change_request"}},
+        **{"backfill.slices": 4},
+    )
+    async with running(settings) as daemon:
+        await poll_until(failed(daemon, "incident"))
+        await poll_until(caught_up(daemon, "changes"))
+        pages = daemon.pollers["incident"]._pages  # the process-wide budget itself
+        assert pages is not None
+        await poll_until(lambda: pages.free == pages.slots, timeout=10)
+        assert big["sys_id"] in (status(daemon, "incident").last_error or "")
