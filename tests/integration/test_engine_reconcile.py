@@ -178,12 +178,16 @@ async def test_a_restart_mid_sweep_resumes_after_the_last_reconciled_key(unaudit
     doomed = keys[5::7]
     key_pages: list[Request] = []
     env.emu.on_request(lambda entry: key_pages.append(entry) if _is_key_page(entry) else None)
-    async with running(env.settings({"incident": RECONCILE})) as daemon:
+    # The rows are deleted while no daemon runs: a sweep already past their keys would only
+    # find them an interval later (a sweep may start right after the last one ends).
+    daily = {**RECONCILE, "reconcile.interval.seconds": 3600}
+    async with running(env.settings({"incident": daily})) as daemon:
         await poll_until(caught_up(daemon, "incident"))
         await sweeps_after(daemon, "incident.reconcile")
-        for sys_id in doomed:
-            env.emu.delete("incident", sys_id)
-        env.emu.latency_ms = 150  # key pages slow enough to stop between two of them
+    for sys_id in doomed:
+        env.emu.delete("incident", sys_id)
+    env.emu.latency_ms = 150  # key pages slow enough to stop between two of them
+    async with running(env.settings({"incident": RECONCILE})) as daemon:
         tenth_page_last = keys[RECHECK_PAGES * PAGE - 1]
 
         def settled_ten_pages() -> bool:
@@ -200,12 +204,11 @@ async def test_a_restart_mid_sweep_resumes_after_the_last_reconciled_key(unaudit
     assert stored is not None
     assert stored.phase == "backfill"
     sent_before = _tombstones(await read_topic(env.bootstrap, env.topic("incident")))
-    assert sent_before, "the first process stopped before any tombstone"
-    assert set(sent_before) < set(doomed), "the first process finished the sweep"
+    assert sent_before, "the interrupted process stopped before any tombstone"
+    assert set(sent_before) < set(doomed), "the interrupted process finished the sweep"
     env.emu.latency_ms = 0
     key_pages.clear()
     # An unfinished sweep resumes at once whatever the interval; the next would wait an hour.
-    daily = {**RECONCILE, "reconcile.interval.seconds": 3600}
     async with running(env.settings({"incident": daily})) as daemon:
         await sweeps_after(daemon, "incident.reconcile")
     first = key_pages[0].params["sysparm_query"]
