@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Final
 
 import structlog
+from aiokafka import errors
 
 from snowsource.config.redaction import RedactedConfig
 from snowsource.observability.redact import REDACTED, redact_value, register_secrets
@@ -48,6 +49,12 @@ _SECRET_KEYS: Final = frozenset(
 # aiokafka.conn logs every request and response struct at DEBUG, SASL handshakes included.
 _DUMP_PREFIXES: Final = ("Request to ", "Response from ")
 _HANDLER_MARK: Final = "_snowsource_handler"
+# Coordinator lookups a broker refuses only while it is starting (aiokafka retries them).
+_STARTING_UP: Final = (
+    errors.CoordinatorNotAvailableError,
+    errors.CoordinatorLoadInProgressError,
+    errors.NotCoordinatorForGroupError,
+)
 
 
 def guard_reserved_keys(
@@ -84,6 +91,22 @@ class _DropRequestDumps(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (isinstance(record.msg, str) and record.msg.startswith(_DUMP_PREFIXES))
+
+
+class _CoordinatorStartup(logging.Filter):
+    """On aiokafka's group coordinator: a lookup the broker is still getting ready for is INFO.
+
+    A freshly started broker answers the first coordinator lookups of a consumer group (our
+    membership) with "not available" or "loading" while it creates ``__consumer_offsets``;
+    aiokafka retries them by itself but logs each at ERROR, which alerts on a normal start.
+    Any other lookup failure keeps its level.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.levelno >= logging.ERROR and args and isinstance(args[0], _STARTING_UP):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 class RepeatLimiter(logging.Filter):
@@ -194,3 +217,6 @@ def configure_logging(
     conn = logging.getLogger("aiokafka.conn")
     if not any(isinstance(f, _DropRequestDumps) for f in conn.filters):
         conn.addFilter(_DropRequestDumps())
+    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
+    if not any(isinstance(f, _CoordinatorStartup) for f in coordinator.filters):
+        coordinator.addFilter(_CoordinatorStartup())

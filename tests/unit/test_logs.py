@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from snowsource.observability.logs import RepeatLimiter
 
 SECRET = "Sup3r-Secret-Value"
@@ -70,6 +72,32 @@ def test_aiokafka_request_dumps_are_never_emitted() -> None:
     )
     events = _json(lines)
     assert [e["event"] for e in events] == ["Closing connection at b:1"]
+
+
+@pytest.mark.parametrize(
+    ("error", "level"),
+    [
+        ("GroupCoordinatorNotAvailableError()", "info"),
+        ("CoordinatorLoadInProgressError()", "info"),
+        ("NotCoordinatorForGroupError()", "info"),
+        ("GroupAuthorizationFailedError()", "error"),
+        ("KafkaConnectionError('gone')", "error"),
+    ],
+)
+def test_only_coordinator_lookups_a_starting_broker_refuses_drop_to_info(
+    error: str, level: str
+) -> None:
+    lines = _run(
+        f"""
+        from aiokafka import errors
+        group = logging.getLogger("aiokafka.consumer.group_coordinator")
+        group.error("Group Coordinator Request failed: %s", errors.{error})
+        """,
+        level="INFO",
+    )
+    [event] = _json(lines)
+    assert event["level"] == level
+    assert str(event["event"]).startswith("Group Coordinator Request failed: ")
 
 
 def test_our_events_keep_a_cursor_timestamp_instead_of_losing_it() -> None:
