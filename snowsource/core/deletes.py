@@ -9,14 +9,14 @@ it only borrows the table's ``query.domain`` flag, because the same integration 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourcePartition, partition_for
 from snowsource.core.query import normalise_query
-from snowsource.core.table import TableSpec
+from snowsource.core.table import TableSpec, derived_spec
 
 AUDIT_TABLE: Final = "sys_audit_delete"
 AUDIT_TIMESTAMP_FIELD: Final = "sys_created_on"
@@ -68,27 +68,16 @@ def delete_stream_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
     partition = delete_partition(
         snow_url=snow_url, table=table.name, query_domain=table.query_domain
     )
-    return replace(
+    return derived_spec(
         table,
+        stream="deletes",
         alias=delete_alias(table.alias),
+        partition=partition,
+        fields=AUDIT_FIELDS,
         name=AUDIT_TABLE,
         normalised_query=normalise_query(audit_query(table.name)),
         timestamp_field=AUDIT_TIMESTAMP_FIELD,
         id_field=AUDIT_ID_FIELD,
-        fields=AUDIT_FIELDS,
-        display_value="false",
-        exclude_reference_link=True,
-        partition=partition,
-        legacy_partition=partition,
-        value_format="string",
-        value_schema="none",
-        deletes=False,
-        reconcile=False,
-        journal=False,
-        stream="deletes",
-        # It never runs ahead of its table, whose HI caps it: one pager, as in release 2.
-        backfill_slices=1,
-        base=table,
     )
 
 

@@ -10,12 +10,11 @@ sys_journal_field``), like the delete stream, and writes each row as it is to
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Final
 
 from snowsource.core.offsets_codec import SourcePartition, partition_for
 from snowsource.core.query import normalise_query
-from snowsource.core.table import TableSpec
+from snowsource.core.table import TableSpec, derived_spec
 
 JOURNAL_TABLE: Final = "sys_journal_field"
 JOURNAL_TIMESTAMP_FIELD: Final = "sys_created_on"
@@ -60,25 +59,15 @@ def journal_stream_spec(table: TableSpec, *, snow_url: str, topic: str) -> Table
     partition = journal_partition(
         snow_url=snow_url, table=table.name, query_domain=table.query_domain
     )
-    return replace(
+    return derived_spec(
         table,
+        stream="journal",
         alias=journal_alias(table.alias),
+        partition=partition,
+        fields=JOURNAL_FIELDS,
         name=JOURNAL_TABLE,
         topic=topic,
         normalised_query=normalise_query(journal_query(table.name)),
         timestamp_field=JOURNAL_TIMESTAMP_FIELD,
         id_field="sys_id",
-        fields=JOURNAL_FIELDS,
-        display_value="false",
-        exclude_reference_link=True,
-        partition=partition,
-        legacy_partition=partition,
-        value_format="string",
-        value_schema="none",
-        deletes=False,
-        reconcile=False,
-        journal=False,
-        stream="journal",
-        backfill_slices=1,  # one pager: a derived stream never runs ahead of its table
-        base=table,
     )

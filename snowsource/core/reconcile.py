@@ -18,13 +18,13 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, partition_for
 from snowsource.core.query import split_groups
-from snowsource.core.table import TableSpec
+from snowsource.core.table import TableSpec, derived_spec
 from snowsource.core.timestamps import format_ts, parse_ts
 
 #: sys_ids per key page (SPEC §14.3) and per re-check request (a ``sys_idIN`` list of 200
@@ -64,22 +64,12 @@ def reconcile_partition(table: TableSpec, *, snow_url: str) -> SourcePartition:
 def reconcile_spec(table: TableSpec, *, snow_url: str) -> TableSpec:
     """The spec of ``table``'s key sweep: the table's own identity, its own partition."""
     partition = reconcile_partition(table, snow_url=snow_url)
-    return replace(
+    return derived_spec(
         table,
-        alias=reconcile_alias(table.alias),
-        fields=(CURSOR_FIELD,),
-        display_value="false",
-        exclude_reference_link=True,
-        partition=partition,
-        legacy_partition=partition,
-        value_format="string",
-        value_schema="none",
-        deletes=False,
-        reconcile=False,
-        journal=False,
         stream="reconcile",
-        backfill_slices=1,  # one pager: a derived stream never runs ahead of its table
-        base=table,
+        alias=reconcile_alias(table.alias),
+        partition=partition,
+        fields=(CURSOR_FIELD,),
     )
 
 

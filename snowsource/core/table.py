@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from snowsource.core.offsets_codec import SourcePartition
 
@@ -56,3 +56,39 @@ class TableSpec:
             f"table alias {self.alias!r} (partition table={p.table} instance={p.instance} "
             f"timestamp_field={p.timestamp_field} query_fingerprint={p.query_fingerprint})"
         )
+
+
+def derived_spec(
+    table: TableSpec,
+    *,
+    stream: StreamKind,
+    alias: str,
+    partition: SourcePartition,
+    fields: tuple[str, ...],
+    **changes: Any,
+) -> TableSpec:
+    """The spec of one of ``table``'s derived streams (deletes, key sweep, journal).
+
+    What every derived stream shares: raw values as strings, no schema, no derived streams of
+    its own, its own partition (the Java connector had none of these, so there is no legacy
+    one to adopt), and one pager, since it never runs ahead of its table. ``changes`` holds
+    what differs (the table read, its query and cursor fields, the topic).
+    """
+    return replace(
+        table,
+        alias=alias,
+        fields=fields,
+        display_value="false",
+        exclude_reference_link=True,
+        partition=partition,
+        legacy_partition=partition,
+        value_format="string",
+        value_schema="none",
+        deletes=False,
+        reconcile=False,
+        journal=False,
+        stream=stream,
+        backfill_slices=1,
+        base=table,
+        **changes,
+    )

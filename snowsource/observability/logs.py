@@ -159,6 +159,13 @@ def _library_level(numeric: int) -> int:
     return numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
 
 
+def _filter(logger: str, kind: type[logging.Filter]) -> None:
+    """Put a ``kind`` filter on ``logger`` once, however often logging is configured."""
+    target = logging.getLogger(logger)
+    if not any(isinstance(f, kind) for f in target.filters):
+        target.addFilter(kind())
+
+
 def configure_logging(
     fmt: str = "auto", level: str = "INFO", *, secrets: Iterable[str | None] = ()
 ) -> None:
@@ -214,9 +221,5 @@ def configure_logging(
     # aiokafka logs every reconnect at ERROR and its connection internals at DEBUG.
     aiokafka_level = logging.ERROR if numeric > logging.DEBUG else numeric
     logging.getLogger("aiokafka").setLevel(aiokafka_level)
-    conn = logging.getLogger("aiokafka.conn")
-    if not any(isinstance(f, _DropRequestDumps) for f in conn.filters):
-        conn.addFilter(_DropRequestDumps())
-    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
-    if not any(isinstance(f, _CoordinatorStartup) for f in coordinator.filters):
-        coordinator.addFilter(_CoordinatorStartup())
+    _filter("aiokafka.conn", _DropRequestDumps)
+    _filter("aiokafka.consumer.group_coordinator", _CoordinatorStartup)

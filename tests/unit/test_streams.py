@@ -69,6 +69,34 @@ def test_shape_options_and_deletes_keep_the_tables_partition(
     assert (after.timestamp_field, after.id_field) == (before.timestamp_field, before.id_field)
 
 
+def test_every_derived_stream_is_one_raw_pager_of_its_own_partition(tmp_path: Path) -> None:
+    settings = _settings(
+        tmp_path,
+        {
+            "deletes": ["audit", "reconcile"],
+            "journal": True,
+            "value.format": "typed",
+            "value.schema": "connect",
+            "display.value": "all",
+            "backfill.slices": 6,
+        },
+    )
+    table, *derived = owned_specs(settings)
+    assert sorted(s.stream for s in derived) == ["deletes", "journal", "reconcile"]
+    assert table.backfill_slices == 6
+    for spec in derived:
+        assert spec.base == table
+        assert spec.alias == f"{table.alias}.{spec.stream}"
+        assert spec.partition == spec.legacy_partition != table.partition
+        assert (spec.value_format, spec.value_schema, spec.display_value) == (
+            "string",
+            "none",
+            "false",
+        )
+        assert spec.backfill_slices == 1
+        assert (spec.deletes, spec.reconcile, spec.journal) == (False, False, False)
+
+
 def test_deletes_audit_adds_a_delete_stream_beside_its_table(tmp_path: Path) -> None:
     settings = _settings(tmp_path, {"deletes": "audit", "value.format": "typed"})
     table, deletes = owned_specs(settings)
