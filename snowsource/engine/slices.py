@@ -4,8 +4,8 @@ The poller hands a generation's first sweep here when the table is backfilling (
 or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. The rules live in
 ``core.slices.Backfill``; this module only runs them:
 
-- the ranges are cut from the window's first row on (one small request), not from
-  ``start.timestamp``;
+- the ranges are cut from the window's first row on, not from ``start.timestamp``: the window's
+  first page, which is also the first range's first page, says where that is;
 - one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
   query from the range's start up to the backfill's HI (the first row past the range's end
   finishes it: no empty request per range), produce each page as it arrives while fetching the
@@ -15,9 +15,9 @@ or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. Th
   still unread before it (``Backfill.should_leave``); it produces only once the table has a
   committed offset at all (so a crash never leaves records ahead of a table that has no offset:
   the §13.4 rebuild needs a committed cursor to start from), but fetches meanwhile;
-- after each acknowledged page the prefix is recomputed and, when it moved, committed through
-  the generation's committer, in cursor order with every other offset of the table. With
-  exactly-once each page's transaction carries the prefix as it stands with that page included.
+- after each acknowledged page the prefix is recomputed and, when it moved, committed
+  (``engine.slice_prefix``). With exactly-once each page's transaction carries the prefix as it
+  stands with that page included.
 
 A range is paged by its slice's own loop rather than ``engine.page_stream``: a range continues
 after a short page (ACLs shorten pages; a range has no next sweep to pick up the rest), its end
@@ -40,9 +40,8 @@ from typing import Any
 
 import structlog
 
-from snowsource.core.cursor import Position, next_sweep_start, parse_ts
+from snowsource.core.cursor import Position, next_sweep_start
 from snowsource.core.errors import TableFailedError
-from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page, rows_before
 from snowsource.core.slices import Backfill, SliceRange
@@ -54,6 +53,7 @@ from snowsource.engine.delivery import TableDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
+from snowsource.engine.slice_prefix import SlicePrefix
 from snowsource.engine.streams import StreamHooks
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import done_before, first_error
@@ -118,8 +118,7 @@ class SlicedBackfill:
         self._start = start
         # Where the table stands: its committed position (its start, with no offset yet).
         self._committed = gen.cursor
-        self._last_prefix = gen.cursor
-        self._in_transactions: Position | None = None  # the last prefix a transaction carried
+        self._prefix = SlicePrefix(spec, gen, tools.recorder, tools.now)
         self.board = self._board(start, hi)
         self._counts = SweepCounts()
         # Rows older than this are never read again, not even by the stream phase that
@@ -484,7 +483,7 @@ class SlicedBackfill:
         if plan.emits:
             await self._offset_exists(r)
             last = plan.emits[-1].position
-            plan.commit_offset = lambda: self._transaction_offset(r, last)
+            plan.commit_offset = lambda: self._prefix.for_transaction(self.board, r, last)
             with self._tools.failures.acks_overdue(self._spec, len(plan.emits)):
                 ack = await delivery.deliver_page(plan)
             if ack is None:
@@ -496,40 +495,9 @@ class SlicedBackfill:
         failures.refused(self._spec, plan, ack)
         self._tools.failures.succeeded(FailureSource.KAFKA)
 
-    # ------------------------------------------------------------------ the prefix
-
-    def _offset(self, position: Position | None) -> SourceOffset | None:
-        if position is None:
-            return None
-        return SourceOffset(
-            timestamp=position.ts,
-            sys_id=position.id,
-            phase="backfill",
-            fingerprint=self._spec.partition.query_fingerprint,
-        )
-
-    def _transaction_offset(self, r: SliceRange, last: Position) -> SourceOffset | None:
-        """The offset a page's transaction commits: the prefix with this page in, never below
-        what an earlier transaction committed (whose page may not be counted as acked yet)."""
-        position = self.board.prefix_if_acked(r, last)
-        floor = self._in_transactions
-        if floor is not None and (position is None or position < floor):
-            position = floor
-        self._in_transactions = position
-        return self._offset(position)
-
     def _moved(self) -> None:
-        """After a page: commit the prefix when it moved, record progress, wake the waiting."""
-        tools, prefix = self._tools, self.board.prefix()
-        if prefix is not None and prefix != self._last_prefix:
-            self._last_prefix = prefix
-            offset = self._offset(prefix)
-            assert offset is not None
-            self._gen.commit(offset)
-            self._gen.cursor = prefix
-            lag = (tools.now() - parse_ts(prefix.ts)).total_seconds()
-            tools.recorder.backfilling(lag, cursor=prefix)
-        tools.recorder.slices(self.board.progress())
+        """After a page: the prefix committed when it moved, the waiting slices woken."""
+        self._prefix.moved(self.board)
         self._wake()
 
     def _wake(self) -> None:
