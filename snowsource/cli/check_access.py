@@ -20,9 +20,9 @@ from snowsource.config.models import TableConfig
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import stream_probe_params
+from snowsource.core.tableapi import Page, stream_probe_params
 
-__all__ = ["access_checks", "skipped_access"]
+__all__ = ["access_checks", "probe_stream", "skipped_access"]
 
 _DICTIONARY_ACCESS: Final = (
     "typed records need read access to sys_db_object and sys_dictionary (a table-level read "
@@ -74,22 +74,38 @@ async def access_checks(
     return out
 
 
+async def probe_stream(
+    client: ServiceNowClient,
+    stream: TableSpec,
+    name: str,
+    *,
+    refused: str,
+    hints: tuple[str, ...],
+) -> Page | CheckResult:
+    """The first page of a derived stream, asked as the daemon asks it; the check's FAIL when
+    the instance refuses (``refused`` says what that would do, ``hints`` how to fix a 403)."""
+    try:
+        return await client.get_page(stream.name, stream_probe_params(stream))
+    except ServiceNowError as exc:
+        if exc.status == 403:
+            why = f"the instance refused {stream.name} (HTTP 403): {refused}"
+            return CheckResult(name, Status.FAIL, why, hints)
+        return CheckResult(name, Status.FAIL, str(exc) or type(exc).__name__)
+
+
 async def _deletes(
     client: ServiceNowClient, alias: str, table: TableConfig, stream: TableSpec
 ) -> CheckResult:
     name = _deletes_name(alias)
-    try:
-        page = await client.get_page(stream.name, stream_probe_params(stream))
-    except ServiceNowError as exc:
-        if exc.status == 403:
-            return CheckResult(
-                name,
-                Status.FAIL,
-                f"the instance refused {AUDIT_TABLE} (HTTP 403): the delete stream of {alias} "
-                f"would FAIL at start",
-                (ACCESS_HINT, f"or set snow.tables.{alias}.deletes: none"),
-            )
-        return CheckResult(name, Status.FAIL, str(exc) or type(exc).__name__)
+    page = await probe_stream(
+        client,
+        stream,
+        name,
+        refused=f"the delete stream of {alias} would FAIL at start",
+        hints=(ACCESS_HINT, f"or set snow.tables.{alias}.deletes: none"),
+    )
+    if isinstance(page, CheckResult):
+        return page
     if page.rows and not page.rows[0].get("documentkey"):
         # The daemon cannot tell which row an audit row deleted without it.
         return CheckResult(

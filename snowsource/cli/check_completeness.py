@@ -17,13 +17,13 @@ from typing import Final
 
 from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
+from snowsource.cli.check_access import probe_stream
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.models import TableConfig
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.journal import JOURNAL_TABLE
 from snowsource.core.table import TableSpec
-from snowsource.core.tableapi import stream_probe_params
 
 __all__ = ["completeness_checks", "skipped_completeness"]
 
@@ -135,21 +135,18 @@ async def _journal(
     client: ServiceNowClient, alias: str, table: TableConfig, stream: TableSpec
 ) -> CheckResult:
     name = _journal_name(alias)
-    try:
-        page = await client.get_page(stream.name, stream_probe_params(stream))
-    except ServiceNowError as exc:
-        if exc.status == 403:
-            return CheckResult(
-                name,
-                Status.FAIL,
-                f"the instance refused {JOURNAL_TABLE} (HTTP 403): the journal stream of "
-                f"{alias} would FAIL",
-                (
-                    f"grant the integration user read access to {JOURNAL_TABLE}, or set "
-                    f"snow.tables.{alias}.journal: false",
-                ),
-            )
-        return CheckResult(name, Status.FAIL, str(exc) or type(exc).__name__)
+    page = await probe_stream(
+        client,
+        stream,
+        name,
+        refused=f"the journal stream of {alias} would FAIL",
+        hints=(
+            f"grant the integration user read access to {JOURNAL_TABLE}, or set "
+            f"snow.tables.{alias}.journal: false",
+        ),
+    )
+    if isinstance(page, CheckResult):
+        return page
     if page.rows:
         counted = f", {page.total_count} entries" if page.total_count is not None else ""
         return CheckResult(name, Status.PASS, f"{JOURNAL_TABLE} rows of {table.name}{counted}")
