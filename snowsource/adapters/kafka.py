@@ -347,6 +347,19 @@ async def broker_defaults(admin: AIOKafkaAdminClient) -> tuple[int, int]:
     )
 
 
+def committed_reader(conn: KafkaConnection) -> AIOKafkaConsumer:
+    """A consumer outside any group, for partitions it is assigned: it reads what transactions
+    committed (an aborted one never shows, an open one is waited for), from the earliest
+    record the broker still holds. Not started."""
+    return AIOKafkaConsumer(
+        **conn.client_kwargs(),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+
+
 async def high_watermarks(
     conn: KafkaConnection, partitions: list[TopicPartition]
 ) -> dict[TopicPartition, int]:

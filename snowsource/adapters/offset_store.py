@@ -28,6 +28,7 @@ from snowsource.adapters.kafka import (
     TopicConfigError,
     admin_client,
     close_fully,
+    committed_reader,
     create_topic,
     describe_topic_configs,
     existing_topics,
@@ -334,15 +335,9 @@ class OffsetStore(AsyncResource):
         """Every live value of the topic and when it was written."""
         tps = [TopicPartition(self.topic, p) for p in range(self._num_partitions)]
         end = await high_watermarks(self._conn, tps)
-        consumer = AIOKafkaConsumer(
-            **self._conn.client_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            # Only committed offsets count: an aborted exactly-once transaction never moves a
-            # table; an open one is waited for (the position stops at it until it ends).
-            isolation_level="read_committed",
-        )
+        # Only committed offsets count: an aborted exactly-once transaction never moves a
+        # table; an open one is waited for (the position stops at it until it ends).
+        consumer = committed_reader(self._conn)
         data: dict[bytes, bytes] = {}
         written: dict[bytes, int] = {}
         try:

@@ -16,6 +16,7 @@ from snowsource.adapters.kafka import (
     KafkaConnection,
     admin_client,
     close_fully,
+    committed_reader,
     existing_topics,
     start_fully,
 )
@@ -49,13 +50,7 @@ async def read_live_keys(
     builder = LiveKeysBuilder()
     if count == 0:
         return builder.build()
-    consumer = AIOKafkaConsumer(
-        **conn.client_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
+    consumer = committed_reader(conn)
     try:
         await start_fully(consumer)
         tps = [TopicPartition(topic, p) for p in range(count)]

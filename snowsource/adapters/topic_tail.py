@@ -37,6 +37,7 @@ from snowsource.adapters.kafka import (
     KafkaConnection,
     admin_client,
     close_fully,
+    committed_reader,
     existing_topics,
     high_watermarks,
     start_fully,
@@ -201,13 +202,7 @@ async def _walk_partitions(  # noqa: PLR0917 - one private helper of read_window
     """Walk every partition back from its high watermark: the walks, the records scanned, and
     whether the window was read completely (``max_scanned`` not reached)."""
     end = await high_watermarks(conn, tps)
-    consumer = AIOKafkaConsumer(
-        **conn.client_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
+    consumer = committed_reader(conn)
     try:
         await start_fully(consumer)
         consumer.assign(tps)
