@@ -127,6 +127,7 @@ class SlicedBackfill:
         self._waiters: list[asyncio.Future[None]] = []
         self._running = spec.backfill_slices  # slices that have not ended
         self._failing = 0  # slices holding a failure of the table until the prefix reaches it
+        self._undelivered = False  # a page's delivery raised: the prefix never passes it
         self._unclaimed = False  # the window's first page holds a page slot no slice took yet
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
 
@@ -328,14 +329,18 @@ class SlicedBackfill:
     async def _prefix_reaches(self, r: SliceRange) -> None:
         """Wait until every row ``r``'s reader produced, and every row before, is acknowledged:
         a bad row (or any other failure of the table) FAILs it with everything before in Kafka
-        and committed, as with one pager; the other slices read on meanwhile. Not when every
-        slice still running holds a failure and no page awaits its acks: then nothing can move
-        any more (nobody would read a range left free before them)."""
+        and committed, as with one pager; the other slices read on meanwhile. Not once a
+        page's delivery failed (it never will be acknowledged: a fenced producer fails every
+        page after), nor when every slice still running holds a failure and no page awaits its
+        acks: then nothing can move any more (nobody would read a range left free before
+        them)."""
         self._failing += 1
         self._wake()
         try:
             while not (self.board.settled_before(r) and r.pending == 0):
-                if self._failing >= self._running and not self.board.pending():
+                if self._undelivered or (
+                    self._failing >= self._running and not self.board.pending()
+                ):
                     return
                 await self._next_page()
         finally:
@@ -485,7 +490,14 @@ class SlicedBackfill:
             last = plan.emits[-1].position
             plan.commit_offset = lambda: self._prefix.for_transaction(self.board, r, last)
             with self._tools.failures.acks_overdue(self._spec, len(plan.emits)):
-                ack = await delivery.deliver_page(plan)
+                try:
+                    ack = await delivery.deliver_page(plan)
+                except BaseException:
+                    # The page now awaits acks for ever (a fence, a refused transactional id):
+                    # no slice may wait for the prefix to pass it.
+                    self._undelivered = True
+                    self._wake()
+                    raise
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
         emitted = ack.acked if ack is not None else 0

@@ -172,13 +172,18 @@ def _no_library_noise(process: Process) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("when", ["streaming", "mid_backfill"])
 async def test_a_second_owner_fences_the_first_which_stops_the_table(
-    env: Env, reaper: list[Process]
+    env: Env, reaper: list[Process], when: str
 ) -> None:
     """Two processes forced to own the same table (different task ids, so the group's task-id
     fencing plays no part): the newer producer fences the older, which FAILs the table naming
-    the transactional id and the newer process; read_committed sees nothing twice."""
-    _backfill(env, seconds=30, per_second=10)
+    the transactional id and the newer process; read_committed sees nothing twice.
+
+    ``mid_backfill``: the fence meets the older process's slices (4) in the middle of its
+    backfill, with the pages of other slices still in flight."""
+    mid_backfill = when == "mid_backfill"
+    _backfill(env, seconds=60 if mid_backfill else 30, per_second=25 if mid_backfill else 10)
     env.emu.latency_ms = 20
     rng = random.Random(7)
     older = Process(_config(env, "older"))  # task 0 of 1: every table
@@ -190,8 +195,15 @@ async def test_a_second_owner_fences_the_first_which_stops_the_table(
     async with _changing(env, rng):
         await older.start()
         await poll_until(lambda: _at_least(env, 60), timeout=60, interval=0.1)
+        if mid_backfill:
+            # 60 pages of 25: the older process's slices cannot finish before the fence.
+            env.emu.latency_ms = 1000
+            assert not _caught_up(older)
         await newer.start()
         await poll_until(lambda: bool(older.events("table FAILED")), timeout=60, interval=0.1)
+        if mid_backfill:
+            assert not _caught_up(older), "the fence came after the backfill"
+            env.emu.latency_ms = 20
         await poll_until(lambda: _caught_up(newer), timeout=90, interval=0.2)
     env.emu.latency_ms = 0
     await poll_until(lambda: _has_final_versions(env), timeout=60, interval=0.5)
