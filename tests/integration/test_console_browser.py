@@ -179,6 +179,33 @@ async def test_a_live_backfill_shows_progress_eta_and_rows_per_second(env: Env) 
         assert problems.messages == []
 
 
+async def test_a_sliced_backfill_shows_its_slices_and_the_share_they_read(
+    env: Env, http: ClientSession
+) -> None:
+    env.emu.seed(tables=("incident",), rows=4000)
+    env.emu.latency_ms = 1000  # 40 pages over 4 slices: about ten seconds of slices reading
+    settings = rest_settings(env, {"incident": {"name": "incident"}}, **{"batch.size": 100})
+    async with running(settings) as daemon, system_chromium() as browser:
+        page, problems = await open_console(browser, rest_of(daemon).url)
+        incident = card(page, "incident")
+        slices = incident.locator(".slices")
+        await expect(slices).to_have_text(
+            re.compile(r"^[1-4] slice\(s\) reading \d+ range\(s\): [\d,]+ rows read, [\d,]+ of")
+        )
+        bar = incident.locator(".progress")
+
+        async def shown() -> float:
+            return float(await bar.evaluate("node => node.hasAttribute('value') && node.value"))
+
+        shown_before = await poll_until(shown, timeout=20, what="a determinate progress bar")
+        _, answer = await call(http, "GET", f"{base_url(daemon)}/status")
+        backfill = answer["tables"]["incident"]["backfill"]
+        assert backfill is not None, "the backfill ended before the page showed it"
+        # The bar is the share of the span the slices read (it only grows), asked before.
+        assert 0 < shown_before <= backfill["covered"] <= 1
+        assert problems.messages == []
+
+
 async def test_stop_rewind_resume_through_the_page_writes_what_the_curl_recipe_writes(
     env: Env, http: ClientSession
 ) -> None:

@@ -122,15 +122,14 @@
   }
 
   // Backfill progress in time: the cursor's way from where the backfill began to the
-  // instance's clock (cursor + lag). A status that reports its own progress (sliced backfills)
-  // is taken as it is.
+  // instance's clock (cursor + lag). A sliced backfill reports how much of its span its slices
+  // have read (/status "backfill.covered"): its committed cursor lags behind what they read.
   function progress(entry, table) {
-    const reported = table.progress ?? table.backfill_progress;
-    const fraction = typeof reported === "object" && reported ? reported.fraction : reported;
-    if (typeof fraction === "number" && Number.isFinite(fraction)) {
-      return Math.min(1, Math.max(0, fraction));
-    }
     if (table.phase === "stream") return 1;
+    const covered = table.backfill && table.backfill.covered;
+    if (typeof covered === "number" && Number.isFinite(covered)) {
+      return Math.min(1, Math.max(0, covered));
+    }
     const cursor = parseUtc(table.cursor && table.cursor.timestamp);
     if (cursor === null || typeof table.lag_seconds !== "number") return null;
     if (entry.origin === null || cursor < entry.origin) entry.origin = cursor;
@@ -215,7 +214,7 @@
       trim(entry.lags, now, ETA_WINDOW_MS);
     }
     updateProgress(entry, table);
-    updateSlices(part(node, "slices"), table.slices);
+    updateSlices(part(node, "slices"), table.backfill);
     setText(part(node, "lag"), human(table.lag_seconds));
     setText(part(node, "rows"), (table.rows_emitted || 0).toLocaleString("en"));
     setText(part(node, "offset"), offsetText(table.committed));
@@ -254,14 +253,15 @@
     );
   }
 
-  function updateSlices(node, slices) {
+  // A sliced backfill's /status "backfill": its slices, ranges, and rows read ahead.
+  function updateSlices(node, backfill) {
     let text = "";
-    if (Array.isArray(slices)) text = `${slices.length} slice(s) reading`;
-    else if (typeof slices === "number") text = `${slices} slice(s) reading`;
-    else if (slices && typeof slices === "object") {
-      text = Object.entries(slices)
-        .map(([key, value]) => `${key}: ${typeof value === "object" ? JSON.stringify(value) : value}`)
-        .join(", ");
+    if (backfill && typeof backfill === "object" && typeof backfill.slices_active === "number") {
+      const count = (n) => (typeof n === "number" ? n.toLocaleString("en") : "?");
+      text =
+        `${backfill.slices_active} slice(s) reading ${count(backfill.ranges)} range(s): ` +
+        `${count(backfill.rows_read)} rows read, ${count(backfill.rows_ahead)} of them ` +
+        "ahead of the committed offset";
     }
     setText(node, text);
     show(node, Boolean(text));
