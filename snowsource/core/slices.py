@@ -5,8 +5,9 @@ SPEC §14.2. A backfill reads everything from a start position up to the sweep's
 field, so a second never spans two ranges and a same-second burst is always read by one keyset
 pager. Up to N slices each page one range at a time (the §5 query from the range's start; the
 engine asks up to the backfill's ``HI`` and the board clips what lies at or past ``b``, so the
-first row of the next range ends this one); the first range starts at the resume position, which
-may name a row inside its first second.
+first row of the next range ends this one, unless nobody has started the ranges after it: then
+this range takes them over and keeps those rows); the first range starts at the resume position,
+which may name a row inside its first second.
 
 Pure, no I/O: the engine asks :class:`Backfill` which range a slice reads next, whether it may
 fetch a page, and tells it what each page read and what Kafka acknowledged. From that the board
@@ -16,18 +17,21 @@ knows at any moment
   last acknowledged row of the ranges that are finished and acknowledged from the start on, plus
   the acknowledged part of the first range that is not (never below the committed position the
   backfill resumed from, so the offset never moves back);
-- the rows read ahead of that prefix (in ranges after the first unfinished one), which
+- the rows read ahead of that prefix (in ranges after the first one not settled, i.e. not read
+  to its end and acknowledged), which
   ``backfill.max.ahead.rows`` bounds: a slice outside the prefix range may fetch a page only if
   the rows ahead plus the pages already reserved plus its own page stay within the limit. The
   prefix range itself is never held back, so the backfill always makes progress.
 
 Work distribution: the span starts as ``slices * RANGES_PER_SLICE`` equal ranges (fewer when it
 has fewer seconds) and an idle slice takes the earliest range nobody reads, so the slices work
-close to the prefix and it advances in steps of a range. When none is left, the largest unread
-part of a range being read is split at its midpoint in time and handed over (work stealing);
-a range of one unread second cannot be split. A page that arrives after its range was split may
-hold rows of the part handed over: :meth:`Backfill.arrived` clips them (the new owner reads them)
-and the clipped range is finished, since its page reached past its new end.
+close to the prefix and it advances in steps of a range. When none is left, or the earliest free
+one is beyond reach of the prefix, the range with the most unread pages (from its own density)
+is split at its midpoint in time and handed over (work stealing); :meth:`Backfill.take` has the
+exact rule (no split leaves a part under two pages, or of a range whose last page was short). A
+page that arrives after its range was split may hold rows of the part handed over:
+:meth:`Backfill.arrived` clips them (the new owner reads them) and the clipped range is
+finished, since its page reached past its new end.
 
 A range is finished only by an empty page or a clipped one, never by a short page: the instance
 applies ``sysparm_limit`` before access rules, so a page shortened by ACLs says nothing about the
@@ -89,7 +93,8 @@ class Span:
 
     @property
     def hi(self) -> str:
-        """The last second of the range: the ``HI`` of its keyset query (``ts <= hi``)."""
+        """The last second of the range (``ts <= hi``): the bound of its count of rows hidden
+        by ACLs; its pages ask up to the backfill's ``HI``."""
         return shift_ts(self.end, -1)
 
     @property
@@ -175,7 +180,8 @@ class SliceRange:
 
     @property
     def hi(self) -> str:
-        """The last second of the range (the ``HI`` of its next page's query)."""
+        """The last second of the range: the bound of its count of rows hidden by ACLs (its
+        pages ask up to the backfill's ``HI``)."""
         return shift_ts(self.end, -1)
 
     def unread_seconds(self) -> int:
@@ -421,8 +427,8 @@ class Backfill:
             r.page_seconds = max(1, seconds_between(r.after.ts, keys[-1][0]))
             self._page_rows = limit
         else:
-            # Short and not clipped: fewer than a page of readable rows lay ahead of it up to
-            # HI, so nothing worth handing over is left in the range.
+            # Short and not clipped: probably little is left, so it is not worth splitting; the
+            # range goes on all the same (ACLs may have shortened the page, see above).
             r.page_seconds = None
             r.short = True
         if keep:

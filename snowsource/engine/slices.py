@@ -8,11 +8,14 @@ or an offset whose phase is ``backfill``) and ``backfill.slices`` is above 1. Th
   first page, which is also the first range's first page, says where that is;
 - one task per slice, under one ``asyncio.TaskGroup``: take a range, page it with the §5 keyset
   query from the range's start up to the backfill's HI (the first row past the range's end
-  finishes it: no empty request per range), produce each page as it arrives while fetching the
-  next (one unacknowledged page per slice), repeat until nothing is left to take or steal;
+  finishes it, so a range whose rows run on needs no empty request; a reader whose next ranges
+  nobody started takes them over, ``Backfill.arrived``), produce each page as it arrives while
+  fetching the next (one unacknowledged page per slice), repeat until nothing is left to take
+  or steal;
 - before each page a slice outside the prefix range waits until ``backfill.max.ahead.rows``
-  allows it, or leaves its range for one nearer the prefix when more than that many rows are
-  still unread before it (``Backfill.should_leave``); it produces only once the table has a
+  allows it, or leaves its range for one nearer the prefix when the rows already ahead of the
+  prefix plus those expected unread before its range exceed that limit and a range before it
+  can be split (``Backfill.should_leave``); it produces only once the table has a
   committed offset at all (so a crash never leaves records ahead of a table that has no offset:
   the §13.4 rebuild needs a committed cursor to start from), but fetches meanwhile;
 - after each acknowledged page the prefix is recomputed and, when it moved, committed
@@ -378,13 +381,13 @@ class SlicedBackfill:
     async def _while_contended(self) -> None:
         """A slice other than the first starts a range only while the instance has room.
 
-        When requests (of this table or others) already wait for the session pool or the page
-        budget, another range would add requests (each range ends with a page of its own) and
-        no concurrency: eight backfilling tables on eight sessions read as fast with one pager
-        each. The slice
-        waits for its table's next page (or the backfill's end) and looks again; its table's
-        first slice never waits here, and a reader that pages on into untouched ranges takes
-        them over without a request (``Backfill.arrived``).
+        When the session pool is saturated (requests of this table or others wait for it, or
+        every slot of its limit is in flight) or pages wait for the page budget, another range
+        would add requests (each range ends with a page of its own) and no concurrency: eight
+        backfilling tables on eight sessions read as fast with one pager each. The slice waits
+        for its table's next page (or the backfill's end) and looks again; its table's first
+        slice never waits here, and a reader that pages on into untouched ranges takes them
+        over without a request (``Backfill.arrived``).
         """
         while self._contended() and not self.board.done():
             await self._next_page()
@@ -405,7 +408,7 @@ class SlicedBackfill:
             await self._next_page()
 
     def _contended(self) -> bool:
-        """Requests wait for the session pool, or pages for the process's page budget."""
+        """The session pool is saturated (``saturated()``), or pages wait for the page budget."""
         pages = self._tools.pages
         return self._tools.reader.contended() or (pages is not None and pages.waiting > 0)
 
