@@ -18,6 +18,19 @@ from pydantic_core import PydanticCustomError
 from snowsource.core.cursor import is_valid_ts
 from snowsource.core.query import has_orderby
 
+# The top-level keys a table inherits when it does not set them itself (a ``null`` there, in
+# the file or as an empty environment variable, inherits too).
+INHERITED_BY_TABLES: Final = (
+    "batch.size",
+    "poll.interval.ms",
+    "overlap.seconds",
+    "safety.lag.seconds",
+    "value.format",
+    "value.schema",
+    "backfill.slices",
+    "backfill.max.ahead.rows",
+)
+
 FILE_SUFFIX: Final = ".file"
 # The error type our own validators raise to report several keys below the validated model.
 PROBLEMS_ERROR: Final = "snowsource_config_problems"

@@ -2,10 +2,9 @@
 
 ``Settings()`` is built once with this call's sources active (``sources.py``): pydantic-settings
 calls them in priority order, merges their dicts and validates the result. Then what needs the
-validated whole is checked: files named by the config exist, no key asks for a feature this
-release does not have. The sources report instead of raising, so every problem — theirs and
-validation's — is raised at once as ``ConfigError``, each with the user's dotted key path and
-what is allowed, before anything is contacted.
+validated whole is checked: files named by the config exist. The sources report instead of
+raising, so every problem — theirs and validation's — is raised at once as ``ConfigError``,
+each with the user's dotted key path and what is allowed, before anything is contacted.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from snowsource.config.fields import (
+    INHERITED_BY_TABLES,
     TABLE_NAME_RE,
     AuthType,
     BackfillSlices,
@@ -423,17 +424,6 @@ class LogConfig(Section):
     level: Annotated[LogLevel, case_insensitive(LogLevel, {"warn": "WARNING"})] = LogLevel.INFO
 
 
-# The top-level keys a table inherits when it does not set them itself.
-INHERITED_BY_TABLES: Final = (
-    "batch.size",
-    "poll.interval.ms",
-    "overlap.seconds",
-    "safety.lag.seconds",
-    "value.format",
-    "value.schema",
-    "backfill.slices",
-    "backfill.max.ahead.rows",
-)
 _DEFAULT_TOPIC_PREFIX: Final = "servicenow."
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
-from snowsource.config.fields import FILE_SUFFIX
+from snowsource.config.fields import FILE_SUFFIX, INHERITED_BY_TABLES
 from snowsource.config.schema import (
     admits_none,
     dict_model_of,
@@ -227,6 +227,20 @@ def _env_target(root: type[BaseModel], segments: list[str]) -> _EnvTarget | None
     return None
 
 
+def _empty_is_null(target: _EnvTarget) -> bool:
+    """An empty variable is ``null`` wherever the file takes ``null``: a nullable key, and a
+    table's inherited keys and ``topic``, which ``null`` makes inherit (or derive) instead of
+    the value the file gives them."""
+    if admits_none(target.annotation):
+        return True
+    keys = target.keys
+    return (
+        len(keys) == 4
+        and keys[:2] == ("snow", "tables")
+        and keys[3] in (*INHERITED_BY_TABLES, "topic")
+    )
+
+
 class EnvironmentSource(KeyedSource):
     """``SNOWSOURCE_*`` variables of the given mapping, as a nested dict keyed by YAML keys.
 
@@ -272,7 +286,7 @@ class EnvironmentSource(KeyedSource):
         return data
 
     def _parse(self, target: _EnvTarget, name: str, raw: str) -> Any:
-        if not raw.strip() and admits_none(target.annotation):
+        if not raw.strip() and _empty_is_null(target):
             return None
         if is_complex(target.annotation):
             try:

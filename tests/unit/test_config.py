@@ -676,6 +676,19 @@ def test_empty_environment_value_nulls_a_nullable_key(load: Loader) -> None:
     assert cfg.tables["incident"].query_category is None
 
 
+def test_empty_environment_value_makes_a_tables_key_inherit_as_null_does(load: Loader) -> None:
+    cfg = load(
+        {("batch.size",): 200, (*T, "batch.size"): 500, (*T, "topic"): "custom.incident"},
+        env={
+            "SNOWSOURCE_SNOW__TABLES__INCIDENT__BATCH_SIZE": "",
+            "SNOWSOURCE_SNOW__TABLES__INCIDENT__TOPIC": " ",
+        },
+    ).settings
+    incident = cfg.tables["incident"]
+    assert incident.batch_size == 200  # the top-level value, not the file's 500
+    assert incident.topic == "servicenow.incident"
+
+
 def test_environment_values_are_validated_with_their_key_path(problems: Problems) -> None:
     found = problems(env={"SNOWSOURCE_BATCH_SIZE": "lots"})
     assert "batch.size" in _paths(found)

@@ -19,8 +19,9 @@ import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from snowsource.config.fields import INHERITED_BY_TABLES
 from snowsource.config.loader import load_config
-from snowsource.config.models import INHERITED_BY_TABLES, Settings
+from snowsource.config.models import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"
