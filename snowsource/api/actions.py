@@ -49,8 +49,10 @@ class ConnectorActions:
         await ctx.started()
         async with ctx.lock:
             ctx.require_open()
+            here = self._tables_here()
             problems = await self._stop_pollers(target)
-            self._mark_tables(target.value)
+            for alias in here:
+                metrics.set_state(alias, target.value)
         return problems
 
     async def stop(self, request: web.Request) -> web.Response:
@@ -131,6 +133,10 @@ class ConnectorActions:
         except ShuttingDownError:
             raise RestError(503, SHUTTING_DOWN) from None
 
-    def _mark_tables(self, state: str) -> None:
-        for spec in self._ctx.daemon.specs:
-            metrics.set_state(spec.alias, state)
+    def _tables_here(self) -> list[str]:
+        """The streams whose state this process exports: in group mode the ones it runs (the
+        other members export theirs), in static mode every one it owns."""
+        daemon = self._ctx.daemon
+        if daemon.group_mode:
+            return list(daemon.statuses())
+        return [spec.alias for spec in daemon.specs]

@@ -268,7 +268,8 @@ class GroupOwner:
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
         task = self._tasks.spawn(self._run(runnable), name=f"table:{alias}")
         self._units[alias] = Generation(stop=stop, pollers=pollers, task=task)
-        for stream in pollers:
+        for stream in runnable:
+            # A stream that FAILed as it was built (its topic refused) keeps that state.
             metrics.set_state(stream, TableState.RUNNING.value)
 
     async def _stop(self, aliases: list[str], deadline: Deadline) -> list[str]:

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession
 
+from snowsource.core.table_status import TableState
 from snowsource.engine.supervisor import Daemon
+from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import running
 from tests.integration.test_rest import base_url, call, offset, rest_of, rest_settings, spec_of
@@ -64,6 +66,13 @@ async def test_any_member_shows_every_table_and_acts_on_its_own(
         assert await call(http, "PUT", f"{base_url(a)}/stop") == (204, None)
         assert a.pollers == {}
         assert set(b.pollers) == b_tables
+        # a exports the state of its own tables only (both share one registry here).
+        for alias in ALIASES:
+            stopped = "STOPPED" if alias in a_tables else "RUNNING"
+            value = metrics.REGISTRY.get_sample_value(
+                "snowsource_table_state", {"table": alias, "state": stopped}
+            )
+            assert value == 1, (alias, stopped)
 
         async def b_sees_a_stopped() -> bool:
             tables = await _tables_seen(http, b)
@@ -104,3 +113,23 @@ async def test_any_member_shows_every_table_and_acts_on_its_own(
         await poll_until(
             lambda: set(a.pollers) == a_tables and set(b.pollers) == b_tables, timeout=30
         )
+
+
+async def test_a_table_failed_as_its_member_starts_it_is_failed_in_the_metrics(env: Env) -> None:
+    # The member builds the table's poller when the group gives it the table; a missing topic
+    # FAILs it right there, and the state gauge (what the "Table FAILED" alert reads) says so.
+    env.emu.seed(tables=("incident",), rows=5)
+    settings = rest_settings(
+        env,
+        {"grp_missing": {"name": "incident"}},
+        **{"tasks.assignment": "group", "topic.creation.enable": False},
+    )
+    async with running(settings) as daemon:
+        await poll_until(lambda: "grp_missing" in daemon.pollers, timeout=60, interval=0.1)
+        assert daemon.pollers["grp_missing"].status.state == TableState.FAILED
+
+        def state(name: str) -> float:
+            labels = {"table": "grp_missing", "state": name}
+            return metrics.REGISTRY.get_sample_value("snowsource_table_state", labels) or 0.0
+
+        assert (state("FAILED"), state("RUNNING")) == (1, 0)
