@@ -39,10 +39,16 @@ class PageGetter(Protocol):
 
 
 async def _rows(
-    client: PageGetter, table: str, query: str, fields: tuple[str, ...], limit: int
+    client: PageGetter,
+    table: str,
+    query: str,
+    fields: tuple[str, ...],
+    limit: int,
+    *,
+    label: str | None = None,
 ) -> list[dict[str, Any]]:
     try:
-        page = await client.get_page(table, schema_params(query, fields, limit))
+        page = await client.get_page(table, schema_params(query, fields, limit), label=label)
     except TableError as exc:
         if exc.status == 403:
             raise TableError(
@@ -55,13 +61,16 @@ async def _rows(
     return page.rows
 
 
-async def read_columns(client: PageGetter, table: str, *, page_size: int = 1000) -> dict[str, str]:
-    """``element -> internal_type`` for ``table``, inherited columns included."""
+async def read_columns(
+    client: PageGetter, table: str, *, page_size: int = 1000, label: str | None = None
+) -> dict[str, str]:
+    """``element -> internal_type`` for ``table``, inherited columns included; ``label`` is
+    whose requests they are in the HTTP metrics and the session pool (the table's alias)."""
     objects: list[dict[str, Any]] = []
     query: str | None = db_object_query(table)
     seen: set[str] = set()
     while query is not None and len(objects) < _MAX_DEPTH:
-        found = await _rows(client, "sys_db_object", query, DB_OBJECT_FIELDS, 1)
+        found = await _rows(client, "sys_db_object", query, DB_OBJECT_FIELDS, 1, label=label)
         if not found or found[0].get("sys_id") in seen:
             break  # missing or looping: the pure walk below says which
         seen.add(str(found[0].get("sys_id")))
@@ -80,6 +89,7 @@ async def read_columns(client: PageGetter, table: str, *, page_size: int = 1000)
             f"{keyset}^ORDERBYsys_id",
             ("sys_id", *DICTIONARY_FIELDS),
             page_size,
+            label=label,
         )
         rows.extend(page)
         if len(page) < page_size:

@@ -218,7 +218,7 @@ class TableHooks(StreamHooks):
             on_retry=self._retrying,
         ):
             with attempt:
-                found = await read_columns(self._client, self.spec.name)
+                found = await read_columns(self._client, self.spec.name, label=self.spec.alias)
         typed.columns.clear()
         typed.columns.update(found)
         self._looked_up.update(seen)
@@ -330,7 +330,9 @@ class DeleteHooks(StreamHooks):
             on_retry=self._retrying,
         ):
             with attempt:
-                page = await self._client.get_page(base.name, current_rows_params(base, keys))
+                page = await self._client.get_page(
+                    base.name, current_rows_params(base, keys), label=self.spec.alias
+                )
         return {raw(row, base.id_field) for row in page.rows}
 
     def _retrying(self, attempt: Attempt, delay: float) -> None:

@@ -63,3 +63,31 @@ async def test_per_table_metrics_carry_the_alias(env: Env) -> None:
     assert sample("snowsource_rows_emitted_total", table="p1_incidents") >= emitted
     assert sample("snowsource_table_state", table="p1_incidents", state="STOPPED") == 1
     assert sample("snowsource_phase", table="p1_incidents", phase="stream") == 1
+
+
+async def test_every_request_of_a_table_and_its_streams_is_counted_under_their_alias(
+    env: Env,
+) -> None:
+    # The dictionary a typed table reads and the delete stream's "does it exist again?" are
+    # requests of the table too: no series may be named after a ServiceNow table instead.
+    env.emu.seed(tables=("incident",), rows=20)
+    doomed = [row["sys_id"] for row in env.emu.rows("incident")[:3]]
+    table = {"name": "incident", "deletes": "audit", "value.format": "typed"}
+    settings = env.settings({"p2_incidents": table})
+
+    def requests(label: str) -> float:
+        found = metrics.REGISTRY.get_sample_value(
+            "snowsource_http_requests_total", {"table": label, "status": "200"}
+        )
+        return found or 0.0
+
+    names = ("incident", "sys_dictionary", "sys_db_object", "sys_audit_delete")
+    before = {name: requests(name) for name in names}
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "p2_incidents", "p2_incidents.deletes"))
+        for sys_id in doomed:
+            env.emu.delete("incident", sys_id)
+        await poll_until(lambda: daemon.pollers["p2_incidents.deletes"].status.rows_emitted >= 3)
+    assert {name: requests(name) for name in names} == before
+    assert requests("p2_incidents") >= 3  # dictionary, first page, and more
+    assert requests("p2_incidents.deletes") >= 2  # audit pages and the re-check
