@@ -53,6 +53,8 @@ class ConnectorActions:
             problems = await self._stop_pollers(target)
             for alias in here:
                 metrics.set_state(alias, target.value)
+                # Nothing retries any more: the status says 0, and the alert must agree.
+                metrics.CONSECUTIVE_FAILURES.labels(table=alias).set(0)
         return problems
 
     async def stop(self, request: web.Request) -> web.Response:

@@ -105,6 +105,12 @@ async def test_an_unreachable_instance_shows_its_error_and_makes_the_process_unr
         assert body["checks"]["failing_tables"] == ["incident"]
         assert body["checks"]["kafka_connected"] is True
 
+        # Stopped, nothing retries: the status and the gauge both say so.
+        async with http.put(f"{rest_of(daemon).url}/connectors/{env.name}/stop") as resp:
+            assert resp.status == 204, await resp.text()
+        assert (await table_of(http, daemon, "incident"))["consecutive_failures"] == 0
+        assert await gauge(http, daemon, "incident") == 0
+
 
 async def test_a_stopped_instance_is_visible_and_everything_clears_when_it_is_back(
     env: Env, http: ClientSession
