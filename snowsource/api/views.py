@@ -214,6 +214,7 @@ class StatusViews:
             "rows_late": last.rows_late if last else 0,
             "pages": last.pages if last else 0,
             "sweeps": last.sweeps if last else 0,
+            "backfill": None,  # no poller, so no sliced backfill runs
         }
 
 

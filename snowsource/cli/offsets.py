@@ -265,22 +265,24 @@ async def _cmd_delete(ctx: Context, args: argparse.Namespace) -> int:
         else:
             label = label_of(spec.partition, spec.alias)
             writes = [w for w in replace_writes(store, spec.partition, None, label) if w.before]
-            if spec.legacy_partition != spec.partition:
-                # The daemon adopts the Java connector's offset when a table has none: delete
-                # it too, or "delete" would resume from there instead of start.timestamp.
-                legacy = replace_writes(
-                    store,
-                    spec.legacy_partition,
-                    None,
-                    f"{spec.alias}: the Java connector's offset (legacy fingerprint) the daemon "
-                    f"would otherwise adopt",
-                )
-                writes.extend(w for w in legacy if w.before)
+            writes.extend(_legacy_tombstones(store, spec))
         if not writes:
             what = "orphaned partitions" if spec is None else f"offset for {spec.alias!r}"
             print(f"no {what} stored; nothing to delete", file=ctx.out)
             return EXIT_OK
         return await apply_writes(ctx, store, writes)
+
+
+def _legacy_tombstones(store: OffsetStore, spec: TableSpec) -> list[Write]:
+    """Deleting ``spec``'s offset: its Java connector's offset goes too. The daemon adopts that
+    one when a table has none, so it would resume from there instead of start.timestamp."""
+    if spec.legacy_partition == spec.partition:
+        return []
+    label = (
+        f"{spec.alias}: the Java connector's offset (legacy fingerprint) the daemon would "
+        f"otherwise adopt"
+    )
+    return [w for w in replace_writes(store, spec.legacy_partition, None, label) if w.before]
 
 
 def _orphan_tombstones(ctx: Context, store: OffsetStore) -> list[Write]:
@@ -335,6 +337,10 @@ async def _cmd_import(ctx: Context, args: argparse.Namespace) -> int:
             value = encode_value(change.offset)
             label = label_of(change.partition, change.alias)
             writes.extend(replace_writes(store, change.partition, value, label))
+            if change.offset is None:  # as PATCH and delete do
+                for spec in ctx.tables:
+                    if spec.partition == change.partition:
+                        writes.extend(_legacy_tombstones(store, spec))
         return await apply_writes(ctx, store, writes)
 
 

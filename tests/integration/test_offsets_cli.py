@@ -568,3 +568,27 @@ async def test_import_of_a_foreign_spelled_offset_rewrites_it_canonically(
     assert result.code == 0, result.err
     assert "wrote 2 record(s)" in result.out
     assert await live(env) == {key(env, p): offset(p)}
+
+
+async def test_import_of_a_null_offset_also_deletes_the_tables_legacy_offset(
+    env: Env, cli: Cli
+) -> None:
+    # As PATCH and delete: a reset must not let the daemon adopt the Java connector's offset.
+    query = "priority<=2^active=true"  # normalisation reorders it: the Java partition differs
+    settings, config = configure(env, {"incident": {"name": "incident", "query": query}})
+    p = partition(env, "incident", query)
+    legacy = legacy_partition_for(
+        snow_url=env.url,
+        table="incident",
+        query=query,
+        query_domain=True,
+        timestamp_field="sys_updated_on",
+    )
+    assert legacy != p
+    await seed(settings, [(key(env, p), offset(p)), (key(env, legacy), offset(legacy))])
+    path = env.tmp_path / "reset.json"
+    path.write_bytes(orjson.dumps({"offsets": [{"partition": p.as_dict(), "offset": None}]}))
+    result = await cli(config, "import", str(path))
+    assert result.code == 0, result.err
+    assert "legacy fingerprint" in result.out
+    assert await live(env) == {}

@@ -318,6 +318,8 @@ async def test_stop_answers_204_only_after_final_offsets_are_written(
         assert state["tasks"] == []
         assert state["tables"]["incident"]["state"] == "STOPPED"
         assert state["tables"]["incident"]["committed"] == final.as_dict()
+        # The same fields as a running table's: no poller, so no sliced backfill.
+        assert state["tables"]["incident"]["backfill"] is None
         _, connector = await call(http, "GET", base_url(daemon))
         assert connector["tasks"] == []
         # STOPPED means no requests to ServiceNow: nothing moves any more.
