@@ -460,6 +460,25 @@ class Backfill:
         if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
             r.acked_to = last_emitted
 
+    def partly_acked(self, r: SliceRange, last_emitted: Position | None) -> None:
+        """Only the records of ``r``'s oldest unacknowledged page up to ``last_emitted`` (none
+        when ``None``) are acknowledged, and the rest never will be (the table restarts or
+        FAILs): the prefix may reach ``last_emitted`` but never passes the page, which stays
+        pending, so ``r`` never settles."""
+        if r.pending < 1:
+            raise ValueError(f"no page of {r!r} awaits an acknowledgement")
+        if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
+            r.acked_to = last_emitted
+
+    def prefix_free(self) -> bool:
+        """Whether nobody reads the range that holds the prefix back (one left earlier, now
+        first): only a slice that takes it lets the prefix move again."""
+        index = self._prefix_index()
+        if index == len(self.ranges):
+            return False
+        first = self.ranges[index]
+        return first.reader is None and not first.finished
+
     def prefix_if_acked(self, r: SliceRange, last_emitted: Position | None) -> Position | None:
         """The prefix once ``r``'s oldest pending page is acknowledged (for a transaction that
         commits that page and its offset together)."""

@@ -37,7 +37,6 @@ class SlicePrefix:
         self._recorder = recorder
         self._now = now  # instance time, for the lag while backfilling
         self._committed = gen.cursor  # the last prefix committed (the sweep's start at first)
-        self._in_transactions: Position | None = None  # the last prefix a transaction carried
 
     def offset(self, position: Position | None) -> SourceOffset | None:
         """The backfill offset of ``position`` (``None`` for none)."""
@@ -54,14 +53,10 @@ class SlicePrefix:
         self, board: Backfill, r: SliceRange, last: Position
     ) -> SourceOffset | None:
         """The offset a page of ``r`` ending at ``last`` commits in its transaction: the prefix
-        with this page in, never below what an earlier transaction committed (whose page may
-        not be counted as acknowledged yet)."""
-        position = board.prefix_if_acked(r, last)
-        floor = self._in_transactions
-        if floor is not None and (position is None or position < floor):
-            position = floor
-        self._in_transactions = position
-        return self.offset(position)
+        with this page in. It may be below what an earlier transaction committed, whose page
+        the board may not count as acknowledged yet: the transactional delivery then writes no
+        offset (it knows which transactions committed; an aborted one must not raise a floor)."""
+        return self.offset(board.prefix_if_acked(r, last))
 
     def moved(self, board: Backfill) -> None:
         """After a page: commit the prefix when it moved, and record the slices' progress."""

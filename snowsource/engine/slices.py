@@ -302,11 +302,14 @@ class SlicedBackfill:
         back its page slot and its reservation (a table failing, or stopping, while its next
         page was on the way would otherwise keep a slot of the process's page budget)."""
         fetch.cancel()
-        (unused,) = await asyncio.gather(fetch, return_exceptions=True)
-        if isinstance(unused, _Fetched):
-            self._unclaimed = self._unclaimed and unused is not first
-            self.board.cancelled(r, unused.reserved)
-            self._release()
+        try:
+            await asyncio.gather(fetch, return_exceptions=True)
+        finally:  # also when cancelled again meanwhile (a sibling slice failed)
+            unused = _fetched(fetch)
+            if unused is not None:
+                self._unclaimed = self._unclaimed and unused is not first
+                self.board.cancelled(r, unused.reserved)
+                self._release()
 
     def _positions(
         self,
@@ -389,7 +392,10 @@ class SlicedBackfill:
         slice never waits here, and a reader that pages on into untouched ranges takes them
         over without a request (``Backfill.arrived``).
         """
-        while self._contended() and not self.board.done():
+        board = self.board
+        # Only this table's pages wake it: a range nobody reads holding the prefix back is
+        # taken at once, or a table at its max-ahead limit would wait for the pool for ever.
+        while self._contended() and not board.done() and not board.prefix_free():
             await self._next_page()
 
     async def _next_page(self) -> None:
@@ -437,8 +443,10 @@ class SlicedBackfill:
         finally:
             if not arrived or fetch.exception() is not None:
                 fetch.cancel()
-                await asyncio.gather(fetch, return_exceptions=True)
-                self._release()
+                try:
+                    await asyncio.gather(fetch, return_exceptions=True)
+                finally:  # also when cancelled again meanwhile (a sibling slice failed)
+                    self._release()
         if not arrived:
             raise StoppedError("stop requested")
         return fetch.result()
@@ -482,6 +490,12 @@ class SlicedBackfill:
             del page, rows
             at.cursor = plan.cursor or at.cursor
             await self._deliver(r, plan, delivery)
+        except BaseException:
+            # The page awaits acks for ever (a fence, a refused transactional id, a record
+            # Kafka did not take): no slice may wait for the prefix to pass it.
+            self._undelivered = True
+            self._wake()
+            raise
         finally:
             self._release()
 
@@ -493,18 +507,18 @@ class SlicedBackfill:
             last = plan.emits[-1].position
             plan.commit_offset = lambda: self._prefix.for_transaction(self.board, r, last)
             with self._tools.failures.acks_overdue(self._spec, len(plan.emits)):
-                try:
-                    ack = await delivery.deliver_page(plan)
-                except BaseException:
-                    # The page now awaits acks for ever (a fence, a refused transactional id):
-                    # no slice may wait for the prefix to pass it.
-                    self._undelivered = True
-                    self._wake()
-                    raise
+                ack = await delivery.deliver_page(plan)
             if ack is None:
                 raise StoppedError("stop requested while records were unacknowledged")
         emitted = ack.acked if ack is not None else 0
-        self.board.acked(r, plan.emits[emitted - 1].position if emitted else None)
+        acked_to = plan.emits[emitted - 1].position if emitted else None
+        if ack is None or ack.complete:
+            self.board.acked(r, acked_to)
+        else:
+            # Kafka did not take the page after ``acked_to``: the prefix may reach it (as one
+            # pager's offset does) but never pass the rest, and the table ends below it.
+            self.board.partly_acked(r, acked_to)
+            self._undelivered = True
         self._moved()  # the prefix first: the status shows the cursor it moved to
         self._tools.recorder.page_delivered(self._counts, self._gen.cursor, plan, ack)
         failures.refused(self._spec, plan, ack)
@@ -543,6 +557,13 @@ class _Fetched:
     end_hi: str  # the range's last second when the page was asked for (its count's bound)
     hi: str  # the query's upper bound: the backfill's HI
     reserved: int  # rows reserved on the board for it
+
+
+def _fetched(fetch: asyncio.Future[_Fetched | None]) -> _Fetched | None:
+    """The page a fetch ended with, if it ended with one."""
+    if not fetch.done() or fetch.cancelled() or fetch.exception() is not None:
+        return None
+    return fetch.result()
 
 
 def _ready(fetched: _Fetched) -> asyncio.Future[_Fetched | None]:

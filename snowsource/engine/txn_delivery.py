@@ -272,7 +272,9 @@ class TransactionalDelivery:
     async def _page_transaction(self, plan: PagePlan) -> PageAck | None:
         async with self._lock:
             # Asked only now, when the transactions before this one are committed.
-            offset = plan.commit_offset() if plan.commit_offset else plan.emits[-1].offset
+            offset = self._ahead(
+                plan.commit_offset() if plan.commit_offset else plan.emits[-1].offset
+            )
             value = encode_value(offset) if offset is not None else None
             if self._fenced is not None:
                 raise self._fenced
@@ -302,6 +304,15 @@ class TransactionalDelivery:
             if offset is not None and value is not None:
                 self._committed(offset, value)
             return ack
+
+    def _ahead(self, offset: SourceOffset | None) -> SourceOffset | None:
+        """``offset`` when it is past what a transaction committed, else None (write none): a
+        sliced backfill's prefix may not count an earlier committed page as acknowledged yet,
+        and the offset must never move back."""
+        done = self._in_kafka
+        if offset is None or done is None or _order(offset) > _order(done):
+            return offset
+        return None
 
     async def _offset_transaction(self, offset: SourceOffset, limit: Deadline) -> None:
         value = encode_value(offset)

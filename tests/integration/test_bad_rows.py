@@ -133,3 +133,32 @@ async def test_a_slice_failing_the_table_gives_back_every_page_slot(
         assert pages is not None
         await poll_until(lambda: pages.free == pages.slots, timeout=10)
         assert big["sys_id"] in (status(daemon, "incident").last_error or "")
+
+
+async def test_a_range_whose_last_page_kafka_took_only_in_part_holds_the_prefix(
+    env: Env, past: Callable[[float], datetime]
+) -> None:
+    # 16 ranges of about 225 s over the hour. The first range's last page holds three rows and a
+    # record Kafka can never take, the range's last row; the second range's pages are
+    # acknowledged long before (the first range's pages are slow). The committed prefix may
+    # reach the rows before the refused one, but never the second range's rows past it: a
+    # restart would resume after them and the first range's rest would be lost.
+    rows = [
+        env.emu.insert("incident", {"short_description": f"row {i}"}, at=past(3600 - i * 30))
+        for i in range(120)
+    ]
+    huge = env.emu.insert("incident", {"short_description": "x" * 1_200_000}, at=past(3385))
+    env.emu.faults.add(
+        kind="slow", delay=0.5, times=None, table="incident",
+        window=(format_ts(past(3700)), format_ts(past(3380))),
+    )  # fmt: skip
+    settings = env.settings(
+        {"incident": {"name": "incident", "batch.size": 5}}, **{"backfill.slices": 4}
+    )
+    async with running(settings) as daemon:
+        await poll_until(failed(daemon, "incident"))
+        assert huge["sys_id"] in (status(daemon, "incident").last_error or "")
+    stored = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
+    assert (stored["timestamp"], stored["sys_id"]) < (huge["sys_updated_on"], huge["sys_id"])
+    before = [r for r in rows if r["sys_updated_on"] < huge["sys_updated_on"]]
+    assert (stored["timestamp"], stored["sys_id"]) >= (before[0]["sys_updated_on"], "")

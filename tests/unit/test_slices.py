@@ -337,6 +337,49 @@ def test_a_fully_suppressed_page_moves_nothing_but_still_settles() -> None:
     assert b.prefix() is None
 
 
+def test_a_clipped_last_page_acknowledged_in_part_holds_the_prefix_for_good() -> None:
+    b = board(seconds=20, slices=2, ranges_per_slice=1)
+    first, second = b.take(0), b.take(1)
+    assert first is not None
+    assert second is not None
+    b.reserve(second, 2)
+    b.arrived(second, [(ts(11), "x"), (ts(12), "y")], 2)
+    b.acked(second, Position(ts(12), "y"))
+    b.reserve(first, 3)
+    # Its last page reaches into the next range (clipped: the range is read to its end)...
+    assert b.arrived(first, [(ts(1), "a"), (ts(2), "b"), (ts(3), "c"), (ts(11), "x")], 3) == 3
+    assert first.finished
+    # ...but Kafka took only its first row: the prefix stops there, and stays.
+    b.partly_acked(first, Position(ts(1), "a"))
+    assert b.prefix() == Position(ts(1), "a")
+    assert not first.settled
+    b.reserve(second, 2)
+    b.arrived(second, [(ts(13), "z")], 2)
+    b.acked(second, Position(ts(13), "z"))
+    assert b.prefix() == Position(ts(1), "a")
+    b.partly_acked(first, None)  # a page Kafka took none of moves nothing
+    assert b.prefix() == Position(ts(1), "a")
+
+
+def test_the_prefix_is_free_when_nobody_reads_the_range_holding_it_back() -> None:
+    b = board(seconds=400, slices=1, ranges_per_slice=2, max_ahead=50)
+    first, second = b.take(0), b.take(1)
+    assert first is not None
+    assert second is not None
+    assert not b.prefix_free()  # the first range has its reader
+    b.reserve(second, 10)
+    b.arrived(second, [(ts(200 + i), str(i)) for i in range(10)], 10)
+    b.acked(second, Position(ts(209), "9"))
+    b.leave(second)  # free again, not finished
+    assert not b.prefix_free()
+    b.reserve(first, 10)
+    b.arrived(first, [], 10)  # the first range ends: the one left holds the prefix now
+    assert first.settled
+    assert b.prefix_free()
+    assert b.take(1) is second
+    assert not b.prefix_free()
+
+
 def test_ack_without_a_pending_page_is_a_bug() -> None:
     b = board()
     r = b.take(0)

@@ -212,6 +212,34 @@ async def test_the_committers_write_of_a_page_offset_is_not_repeated() -> None:
     assert len(store.written) == 1
 
 
+async def test_a_transaction_writes_no_offset_below_one_committed_before() -> None:
+    # A sliced backfill asks each transaction for the prefix, which may not count an earlier
+    # committed page as acknowledged yet; a failed transaction must not count at all.
+    producer = FakeProducer()
+    delivery, store = _delivery(producer)
+    first, second, third = _plan(), _plan(), _plan()
+    high, low = first.emits[-1].offset, first.emits[0].offset
+    first.commit_offset = lambda: high
+    second.commit_offset = lambda: low
+    await delivery.deliver_page(first)
+    producer.calls.clear()
+    ack = await delivery.deliver_page(second)
+    assert ack is not None
+    assert ack.complete
+    assert producer.steps == ["begin", "page", "commit"]  # the page, and no offset record
+    assert store.written == [(KEY, encode_value(high))]
+    # An aborted transaction's offset is no floor: a lower one still commits after it.
+    producer.page_failure = RecordFailure(1, NotLeaderForPartitionError(), fatal=False)
+    failed = _plan()
+    failed.commit_offset = lambda: replace(high, timestamp="2026-09-29 08:00:00")
+    assert (await delivery.deliver_page(failed)).acked == 0  # type: ignore[union-attr]
+    producer.page_failure = None
+    higher = replace(high, timestamp="2026-09-29 07:30:00")
+    third.commit_offset = lambda: higher
+    await delivery.deliver_page(third)
+    assert store.written[-1] == (KEY, encode_value(higher))
+
+
 async def test_the_stream_rewrite_is_a_transaction_of_its_own() -> None:
     producer = FakeProducer()
     delivery, store = _delivery(producer)
