@@ -179,7 +179,7 @@ async def test_a_live_backfill_shows_progress_eta_and_rows_per_second(env: Env) 
         assert problems.messages == []
 
 
-async def test_a_sliced_backfill_shows_its_slices_and_the_share_they_read(
+async def test_a_sliced_backfill_shows_its_slices_ranges_and_rows_ahead(
     env: Env, http: ClientSession
 ) -> None:
     env.emu.seed(tables=("incident",), rows=4000)
@@ -192,17 +192,8 @@ async def test_a_sliced_backfill_shows_its_slices_and_the_share_they_read(
         await expect(slices).to_have_text(
             re.compile(r"^[1-4] slice\(s\) reading \d+ range\(s\): [\d,]+ rows read, [\d,]+ of")
         )
-        bar = incident.locator(".progress")
-
-        async def shown() -> float:
-            return float(await bar.evaluate("node => node.hasAttribute('value') && node.value"))
-
-        shown_before = await poll_until(shown, timeout=20, what="a determinate progress bar")
         _, answer = await call(http, "GET", f"{base_url(daemon)}/status")
-        backfill = answer["tables"]["incident"]["backfill"]
-        assert backfill is not None, "the backfill ended before the page showed it"
-        # The bar is the share of the span the slices read (it only grows), asked before.
-        assert 0 < shown_before <= backfill["covered"] <= 1
+        assert answer["tables"]["incident"]["backfill"] is not None, "the backfill ended early"
         assert problems.messages == []
 
 

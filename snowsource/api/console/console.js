@@ -122,14 +122,10 @@
   }
 
   // Backfill progress in time: the cursor's way from where the backfill began to the
-  // instance's clock (cursor + lag). A sliced backfill reports how much of its span its slices
-  // have read (/status "backfill.covered"): its committed cursor lags behind what they read.
+  // instance's clock (cursor + lag). Also for a sliced backfill: its "backfill.covered" counts
+  // seconds of the span, which says little when most rows sit in its last days.
   function progress(entry, table) {
     if (table.phase === "stream") return 1;
-    const covered = table.backfill && table.backfill.covered;
-    if (typeof covered === "number" && Number.isFinite(covered)) {
-      return Math.min(1, Math.max(0, covered));
-    }
     const cursor = parseUtc(table.cursor && table.cursor.timestamp);
     if (cursor === null || typeof table.lag_seconds !== "number") return null;
     if (entry.origin === null || cursor < entry.origin) entry.origin = cursor;
