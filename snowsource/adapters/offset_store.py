@@ -51,6 +51,9 @@ log = structlog.get_logger(__name__)
 # its metadata: both are asked again every 100 ms for up to 30 s.
 _VISIBLE_RETRY = RetryPolicy(0.1, 0.1)
 _VISIBLE_WITHIN = 30.0
+#: How long a start that found output records looks again for an offsets topic another process
+#: of the connector may have just created (metadata reaches every broker well within it).
+_PEER_CREATED_WITHIN = 5.0
 
 
 #: How long a load waits for another producer's open transaction before it stops in front of
@@ -64,12 +67,13 @@ class _NotVisibleError(Exception):
     """The topic is not in the metadata yet."""
 
 
-async def _wait_for_topic(admin: Any, topic: str) -> dict[str, int]:
+async def _visible_within(admin: Any, topic: str, seconds: float) -> dict[str, int] | None:
+    """The topic's partition count once the metadata shows it, or None after ``seconds``."""
     try:
         async for attempt in retrying(
             _VISIBLE_RETRY,
             None,
-            Deadline.after(_VISIBLE_WITHIN),
+            Deadline.after(seconds),
             retry_if=lambda exc: isinstance(exc, _NotVisibleError),
         ):
             with attempt:
@@ -79,6 +83,13 @@ async def _wait_for_topic(admin: Any, topic: str) -> dict[str, int]:
                 return found
     except DeadlineExceededError:
         pass
+    return None
+
+
+async def _wait_for_topic(admin: Any, topic: str) -> dict[str, int]:
+    found = await _visible_within(admin, topic, _VISIBLE_WITHIN)
+    if found is not None:
+        return found
     raise TopicConfigError(f"topic {topic!r} was created but never became visible")
 
 
@@ -261,15 +272,16 @@ class OffsetStore(AsyncResource):
             if self.topic not in found:
                 if not self._create:
                     raise TopicConfigError(f"offsets topic {self.topic!r} does not exist")
-                await self._guard_replay()
+                created_by_peer = await self._guard_replay(admin)
                 self.allowed.set()  # the topic is created compacted: nothing left to refuse
-                created = await create_topic(
-                    admin,
-                    self.topic,
-                    partitions=self._partitions,
-                    replication_factor=self._replication_factor,
-                    configs={"cleanup.policy": "compact"},
-                )
+                if not created_by_peer:
+                    created = await create_topic(
+                        admin,
+                        self.topic,
+                        partitions=self._partitions,
+                        replication_factor=self._replication_factor,
+                        configs={"cleanup.policy": "compact"},
+                    )
                 found = await _wait_for_topic(admin, self.topic)
             elif self._allow_full_replay:
                 log.warning(
@@ -291,21 +303,42 @@ class OffsetStore(AsyncResource):
         self._num_partitions = found[self.topic]
         return created
 
-    async def _guard_replay(self) -> None:
+    async def _guard_replay(self, admin: Any) -> bool:
+        """Refuse a start whose offsets were lost; True when another process created the topic.
+
+        Output topics first, the offsets topic after: every process of a connector creates the
+        offsets topic before it produces its first record, so output records seen now mean the
+        topic existed before this look began, and only a deleted topic is still missing when
+        looked at again. Looking in the other order mistook the first records of a group member
+        started at the same moment for lost offsets (it created the topic and produced between
+        this process's two looks).
+        """
         if self._output_topics is None:
-            return
-        nonempty = await topics_with_records(self._conn, self._output_topics)
+            return False
+        nonempty = await self.output_topics_with_records(self._output_topics)
         if not nonempty:
             log.info("offsets topic does not exist yet; creating it (first run)", topic=self.topic)
-        elif self._allow_full_replay:
+            return False
+        # A topic another broker just created may take a moment to reach this one's metadata.
+        if await _visible_within(admin, self.topic, _PEER_CREATED_WITHIN) is not None:
+            log.info(
+                "offsets topic was created by another process of this connector meanwhile",
+                topic=self.topic,
+            )
+            return True
+        if self._allow_full_replay:
             log.warning(
                 "offsets topic does not exist; --allow-full-replay: creating it, every table "
                 "replays from its start.timestamp",
                 topic=self.topic,
                 nonempty_output_topics=nonempty,
             )
-        else:
-            raise OffsetsTopicMissingError(missing_offsets_topic_message(self.topic, nonempty))
+            return False
+        raise OffsetsTopicMissingError(missing_offsets_topic_message(self.topic, nonempty))
+
+    async def output_topics_with_records(self, topics: list[str]) -> list[str]:
+        """Those of ``topics`` that hold records: the start's look for lost offsets."""
+        return await topics_with_records(self._conn, topics)
 
     async def load(self) -> None:
         """(Re)read every partition from the beginning to the high watermarks taken now.

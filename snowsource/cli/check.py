@@ -271,6 +271,11 @@ async def _offsets_topic(
     # The same question the daemon asks before creating it: were the offsets lost?
     nonempty = await topics_with_records(conn, [spec.topic for spec in owned_specs(settings)])
     if nonempty:
+        # Looked at again after the records, as the daemon does: a process of this connector
+        # that started meanwhile created the topic before it produced them.
+        found = await existing_topics(admin, [topic])
+        if topic in found:
+            return await _existing_offsets_topic(admin, topic, found[topic], name)
         return CheckResult(
             name,
             Status.WARN,
