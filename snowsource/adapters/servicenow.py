@@ -24,6 +24,7 @@ from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
 import aiohttp
+import structlog
 
 from snowsource import __version__
 from snowsource.adapters.session_pool import SESSION_COOKIE, Lease, PoolStatus, SessionPool
@@ -51,6 +52,7 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.grants import Priority
+from snowsource.core.retry import RETRY_AFTER_CAP_SECONDS
 from snowsource.core.tableapi import Page
 from snowsource.observability import metrics
 from snowsource.observability.redact import redact
@@ -68,7 +70,10 @@ __all__ = [
     "parse_retry_after",
 ]
 from snowsource.runtime.deadline import Deadline
+from snowsource.runtime.pause import Pause
 from snowsource.runtime.resource import AsyncResource
+
+_log = structlog.get_logger("snowsource.servicenow")
 
 USER_AGENT: Final = f"snowsource/{__version__}"
 TABLE_API_PATH: Final = "/api/now/v2/table/"
@@ -134,6 +139,7 @@ class ServiceNowClient(AsyncResource):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         on_date: Callable[[str], None] | None = None,
         on_response: Callable[[str, int, float], None] | None = None,
+        max_retry_after: float = RETRY_AFTER_CAP_SECONDS,
     ) -> None:
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
@@ -155,6 +161,10 @@ class ServiceNowClient(AsyncResource):
         self._max_response_bytes = max_response_bytes
         self._on_date = on_date
         self._on_response = on_response
+        # A 429's Retry-After holds every request of the process, not just the one refused
+        # (SPEC §15.3): the instance's rate-limit rule counts per user.
+        self._pause = Pause()
+        self._max_retry_after = max_retry_after
         self._connector: aiohttp.TCPConnector | None = None
         self._pool: SessionPool | None = None
         # The token endpoint keeps no cookie: a token request must not open a pool session.
@@ -171,6 +181,10 @@ class ServiceNowClient(AsyncResource):
     def pool_status(self) -> PoolStatus | None:
         """The session pool now (limit, sessions, in flight); None before start and after close."""
         return self._pool.status() if self._pool is not None else None
+
+    def paused_for(self) -> float:
+        """Seconds until requests may leave again after a 429 with ``Retry-After`` (0: now)."""
+        return self._pause.remaining()
 
     def saturated(self) -> bool:
         """Whether a request made now would wait for the session pool: every slot of its
@@ -203,6 +217,7 @@ class ServiceNowClient(AsyncResource):
                 max_concurrent_requests=self._max_concurrent,
                 requests_per_session=self._per_session,
             )
+            metrics.SNOW_PAUSE_SECONDS.set_function(self._pause.remaining)
 
     def _client_session(self, jar: aiohttp.abc.AbstractCookieJar) -> aiohttp.ClientSession:
         """A client session over the shared connector, with its own cookie jar."""
@@ -350,11 +365,13 @@ class ServiceNowClient(AsyncResource):
         query: dict[str, str],
         headers: dict[str, str],
     ) -> _Response:
+        await self._pause.wait()
         started = time.monotonic()
         try:
             async with lease.session.get(
                 url, params=query, headers=headers, proxy=self._proxy, allow_redirects=False
             ) as resp:
+                self._hold_on_retry_after(resp)
                 session_cookie = resp.cookies.get(SESSION_COOKIE)
                 assert self._pool is not None
                 self._pool.answered(
@@ -383,6 +400,22 @@ class ServiceNowClient(AsyncResource):
         if self._on_response is not None:
             self._on_response(label, result.status, result.elapsed)
         return result
+
+    def _hold_on_retry_after(self, resp: aiohttp.ClientResponse) -> None:
+        """A 429 naming a time holds every later request of the process until then."""
+        if resp.status != 429:
+            return
+        wait = parse_retry_after(resp.headers.get("Retry-After"), date=resp.headers.get("Date"))
+        if wait is None:
+            return  # semaphores full: the pool halves its limit instead (SPEC §14.1)
+        wait = min(wait, self._max_retry_after)
+        if self._pause.hold_for(wait):
+            metrics.SNOW_PAUSES.inc()
+            _log.warning(
+                "the instance answered 429 with Retry-After: no ServiceNow request of this "
+                "process leaves until then",
+                retry_after_s=round(wait, 3),
+            )
 
     def _transport_error(self, where: str, exc: BaseException, elapsed: float) -> RetriableError:
         if isinstance(exc, TimeoutError):
@@ -439,11 +472,13 @@ class ServiceNowClient(AsyncResource):
     async def _post_form(self, url: str, form: dict[str, str], where: str) -> FormAnswer:
         """One POST to the token endpoint (outside the pool: it opens no pool session)."""
         session = self._require_session()
+        await self._pause.wait()
         started = time.monotonic()
         try:
             async with session.post(
                 url, data=form, proxy=self._proxy, allow_redirects=False
             ) as resp:
+                self._hold_on_retry_after(resp)
                 return FormAnswer(
                     status=resp.status,
                     body=await self._read_body(resp, where, None, started),

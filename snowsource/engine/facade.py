@@ -119,9 +119,10 @@ class EngineFacade(Protocol):
         """Worker ids of the other group members that still run tables (group mode)."""
         ...
 
-    def servicenow_pool(self) -> dict[str, int] | None:
+    def servicenow_pool(self) -> dict[str, float] | None:
         """The ServiceNow session pool (concurrency limit, sessions, requests in flight, SPEC
-        §14.1), None before the client opened."""
+        §14.1) and ``paused_seconds`` (a 429's ``Retry-After``, §15.3), None before the client
+        opened."""
         ...
 
     async def kafka_reachable(self) -> bool:

@@ -99,11 +99,7 @@ class TableReader:
             on_retry=functools.partial(self._retrying, sizing),
         ):
             with attempt:
-                try:
-                    page = await self._get(params, sizing=sizing)
-                except RateLimitedError as exc:
-                    attempt.retry_after = exc.retry_after
-                    raise
+                page = await self._get(params, sizing=sizing)
                 if sizing:
                     self.sizer.success()
                 if self._failures is not None:

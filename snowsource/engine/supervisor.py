@@ -224,10 +224,14 @@ class Daemon:
         """Worker ids of the other group members still running tables."""
         return self._mode.busy_workers()
 
-    def servicenow_pool(self) -> dict[str, int] | None:
-        """The ServiceNow session pool's figures (limit, sessions, in flight), once open."""
-        pool = self._opened.client.pool_status() if self._opened else None
-        return pool.as_dict() if pool is not None else None
+    def servicenow_pool(self) -> dict[str, float] | None:
+        """The ServiceNow session pool's figures (limit, sessions, in flight) and the seconds
+        left in a pause a 429's ``Retry-After`` asked for, once open."""
+        client = self._opened.client if self._opened else None
+        pool = client.pool_status() if client is not None else None
+        if client is None or pool is None:
+            return None
+        return {**pool.as_dict(), "paused_seconds": round(client.paused_for(), 3)}
 
     async def kafka_reachable(self) -> bool:
         """Kafka answered at start, and a broker answers the producer now."""

@@ -110,6 +110,7 @@ def snow_client(
         ca_file=http.ca_file,
         on_date=on_date,
         on_response=on_response,
+        max_retry_after=snow_retry(settings).retry_after_cap,
     )
 
 

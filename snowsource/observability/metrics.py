@@ -144,6 +144,16 @@ SNOW_SATURATIONS = Counter(
     "Times a 429 without Retry-After (node semaphores full) halved the concurrency limit",
     registry=REGISTRY,
 )
+SNOW_PAUSES = Counter(
+    "snowsource_servicenow_pauses",
+    "Times a 429 with Retry-After paused every ServiceNow request of the process",
+    registry=REGISTRY,
+)
+SNOW_PAUSE_SECONDS = Gauge(
+    "snowsource_servicenow_pause_seconds",
+    "Seconds left before ServiceNow requests may leave again (a 429's Retry-After; 0: none)",
+    registry=REGISTRY,
+)
 SNOW_NON_PAGE_RESPONSES = Counter(
     "snowsource_servicenow_non_page_responses",
     "2xx answers to a Table API read that were not a page (202 session queueing, other 2xx, "
@@ -181,6 +191,8 @@ ALL_METRIC_NAMES = (
     "snowsource_servicenow_sessions_open",
     "snowsource_servicenow_requests_in_flight",
     "snowsource_servicenow_saturations",
+    "snowsource_servicenow_pauses",
+    "snowsource_servicenow_pause_seconds",
     "snowsource_servicenow_non_page_responses",
 )
 

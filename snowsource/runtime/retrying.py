@@ -61,6 +61,11 @@ class Attempt:
             return False
         if isinstance(exc, Exception) and self._retry_if(exc):
             self.error = exc
+            # An error that carries the server's own wait (a 429's ``retry_after``) is obeyed
+            # by every loop, not only by those that remember to copy it here.
+            wait = getattr(exc, "retry_after", None)
+            if self.retry_after is None and isinstance(wait, int | float):
+                self.retry_after = float(wait)
             return True
         return False
 

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from snowsource.core.errors import RateLimitedError
 from snowsource.core.retry import RetryPolicy
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.retrying import (
@@ -117,6 +118,26 @@ async def test_retry_after_set_by_the_body_is_the_next_wait() -> None:
                 attempt.retry_after = 0.02
                 raise OSError("429")
     assert delays == [0.02]
+
+
+async def test_an_error_carrying_retry_after_sets_the_next_wait_by_itself() -> None:
+    # Every loop obeys a 429's Retry-After, not only those that copy it into the attempt.
+    delays: list[float] = []
+    error = RateLimitedError("429", retry_after=0.03)
+    call = Flaky(1, error)
+    async for attempt in retrying(RetryPolicy(0.0, 0.0), on_retry=lambda a, d: delays.append(d)):
+        with attempt:
+            await call()
+    assert delays == [0.03]
+
+
+async def test_an_error_without_a_wait_leaves_the_policy_to_choose() -> None:
+    delays: list[float] = []
+    call = Flaky(1, RateLimitedError("429", retry_after=None))
+    async for attempt in retrying(RetryPolicy(0.0, 0.0), on_retry=lambda a, d: delays.append(d)):
+        with attempt:
+            await call()
+    assert delays == [0.0]
 
 
 async def test_progress_during_a_failed_attempt_starts_the_run_of_failures_over() -> None:

@@ -339,6 +339,7 @@
       const parts = [`concurrency limit ${s.concurrency_limit} of ${s.max_concurrent_requests}`];
       parts.push(`sessions open ${s.sessions_open}`, `requests in flight ${s.requests_in_flight}`);
       if (s.requests_waiting) parts.push(`waiting ${s.requests_waiting}`);
+      if (s.paused_seconds > 0) parts.push(`paused by Retry-After ${Math.ceil(s.paused_seconds)} s`);
       return `ServiceNow: ${parts.join(" · ")}`;
     }
     const pool = Object.keys(GAUGES)
