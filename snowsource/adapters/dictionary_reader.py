@@ -23,6 +23,7 @@ from snowsource.core.dictionary import (
     raw,
 )
 from snowsource.core.errors import TableError
+from snowsource.core.grants import Priority
 from snowsource.core.tableapi import Page, schema_params
 
 # Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
@@ -34,7 +35,12 @@ class PageGetter(Protocol):
     """What the walk needs of a client (``ServiceNowClient`` or a test's fake)."""
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page: ...
 
 
@@ -48,7 +54,10 @@ async def _rows(
     label: str | None = None,
 ) -> list[dict[str, Any]]:
     try:
-        page = await client.get_page(table, schema_params(query, fields, limit), label=label)
+        # Behind the tables' streaming pages when requests queue, beside the derived streams.
+        page = await client.get_page(
+            table, schema_params(query, fields, limit), label=label, priority=Priority.DERIVED
+        )
     except TableError as exc:
         if exc.status == 403:
             raise TableError(

@@ -42,6 +42,7 @@ from snowsource.adapters.snow_classify import (
     classify,
     is_json_type,
     loads,
+    parse_rate_limit,
     parse_retry_after,
     rows_or_none,
 )
@@ -52,6 +53,7 @@ from snowsource.core.errors import (
     ServiceNowError,
 )
 from snowsource.core.grants import Priority
+from snowsource.core.rate_budget import BudgetStatus, RateBudget
 from snowsource.core.retry import RETRY_AFTER_CAP_SECONDS
 from snowsource.core.tableapi import Page
 from snowsource.observability import metrics
@@ -140,6 +142,8 @@ class ServiceNowClient(AsyncResource):
         on_date: Callable[[str], None] | None = None,
         on_response: Callable[[str, int, float], None] | None = None,
         max_retry_after: float = RETRY_AFTER_CAP_SECONDS,
+        max_requests_per_hour: int | None = None,
+        rate_limit_headroom: float = 0.1,
     ) -> None:
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
@@ -165,6 +169,11 @@ class ServiceNowClient(AsyncResource):
         # (SPEC §15.3): the instance's rate-limit rule counts per user.
         self._pause = Pause()
         self._max_retry_after = max_retry_after
+        # Paced to the instance's rate-limit rule when it announces one, and to the configured
+        # hourly budget (SPEC §15.3); the pool grants requests within it.
+        self._budget = RateBudget(
+            max_requests_per_hour, headroom=rate_limit_headroom, burst=max_concurrent_requests
+        )
         self._connector: aiohttp.TCPConnector | None = None
         self._pool: SessionPool | None = None
         # The token endpoint keeps no cookie: a token request must not open a pool session.
@@ -181,6 +190,14 @@ class ServiceNowClient(AsyncResource):
     def pool_status(self) -> PoolStatus | None:
         """The session pool now (limit, sessions, in flight); None before start and after close."""
         return self._pool.status() if self._pool is not None else None
+
+    def rate_budget(self) -> BudgetStatus | None:
+        """The rate budget now (None: none configured nor announced by the instance)."""
+        return self._pool.budget_status() if self._pool is not None else None
+
+    def set_members(self, members: int) -> None:
+        """How many processes share the rate budget: each takes ``1 / members`` of it."""
+        self._budget.set_members(members)
 
     def paused_for(self) -> float:
         """Seconds until requests may leave again after a 429 with ``Retry-After`` (0: now)."""
@@ -216,6 +233,7 @@ class ServiceNowClient(AsyncResource):
                 self._client_session,
                 max_concurrent_requests=self._max_concurrent,
                 requests_per_session=self._per_session,
+                budget=self._budget,
             )
             metrics.SNOW_PAUSE_SECONDS.set_function(self._pause.remaining)
 
@@ -258,7 +276,7 @@ class ServiceNowClient(AsyncResource):
         *,
         label: str | None = None,
         requester: str | None = None,
-        priority: Priority = Priority.NORMAL,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         """``GET /api/now/v2/table/{table}`` once; the rows, or the classified error raised.
 
@@ -301,7 +319,7 @@ class ServiceNowClient(AsyncResource):
         params: Mapping[str, str],
         *,
         requester: str | None = None,
-        priority: Priority = Priority.NORMAL,
+        priority: Priority = Priority.STREAM,
     ) -> Any:
         """``GET {base_url}{path}`` once and return the decoded JSON document (for probes).
 
@@ -374,6 +392,13 @@ class ServiceNowClient(AsyncResource):
                 self._hold_on_retry_after(resp)
                 session_cookie = resp.cookies.get(SESSION_COOKIE)
                 assert self._pool is not None
+                rate_limit = parse_rate_limit(
+                    resp.headers.get("X-RateLimit-Limit"),
+                    resp.headers.get("X-RateLimit-Reset"),
+                    date=resp.headers.get("Date"),
+                )
+                if rate_limit is not None:
+                    self._pool.rate_limit_seen(*rate_limit)
                 self._pool.answered(
                     lease,
                     resp.status,

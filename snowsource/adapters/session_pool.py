@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ import aiohttp
 import structlog
 
 from snowsource.core.grants import AimdLimit, FairQueue, Priority
+from snowsource.core.rate_budget import BudgetStatus, RateBudget
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -120,7 +122,11 @@ class SessionPool(AsyncResource):
         *,
         max_concurrent_requests: int,
         requests_per_session: int = 1,
+        budget: RateBudget | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``budget`` paces grants to an hourly rate budget (SPEC §15.3); ``clock`` is the
+        epoch clock it is measured on (``X-RateLimit-Reset`` is an epoch)."""
         if max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be >= 1")
         if requests_per_session < 1:
@@ -132,6 +138,10 @@ class SessionPool(AsyncResource):
             _Slot(i) for i in range(math.ceil(max_concurrent_requests / requests_per_session))
         ]
         self._queue: FairQueue[_Waiter] = FairQueue()
+        self._budget = budget
+        self._clock = clock
+        self._timer: asyncio.TimerHandle | None = None  # wakes the dispatch when budget accrues
+        self._held_since: float | None = None  # requests wait for the budget since then
         self._in_flight = 0
         self._opened = 0
         self._replaced = 0
@@ -141,7 +151,7 @@ class SessionPool(AsyncResource):
     # ---- granting -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def lease(self, key: str, priority: Priority = Priority.NORMAL) -> AsyncIterator[Lease]:
+    async def lease(self, key: str, priority: Priority = Priority.STREAM) -> AsyncIterator[Lease]:
         """Wait for this request's turn and a session; the slot is free again on exit."""
         lease = await self._acquire(key, priority)
         try:
@@ -171,21 +181,73 @@ class SessionPool(AsyncResource):
         self._publish()
 
     def _dispatch(self) -> None:
-        while not self._closed and self._in_flight < self._limit.value:
+        while not self._closed and self._in_flight < self._limit.value and len(self._queue):
             slot = self._free_slot()
-            if slot is None:
+            if slot is None or self._held_by_budget():
                 break
             waiter = self._queue.pop()
             if waiter is None:
                 break
             if waiter.future.done():  # cancelled while it waited
                 continue
+            self._spend()
             if slot.session is None:
                 slot.session = self._make_session(aiohttp.CookieJar(unsafe=True))
             slot.in_flight += 1
             self._in_flight += 1
             waiter.future.set_result(Lease(slot, self._limit.epoch))
         self._publish()
+
+    # ---- the rate budget ------------------------------------------------------------------
+
+    def _held_by_budget(self) -> bool:
+        """Whether the budget holds the next grant back (a wake-up is then scheduled)."""
+        if self._budget is None:
+            return False
+        now = self._clock()
+        wait = self._budget.delay(now)
+        if wait <= 0:
+            return False
+        if self._held_since is None:
+            self._held_since = now
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self._timer.when() > loop.time() + wait:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_later(wait, self._wake)
+        return True
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    def _spend(self) -> None:
+        if self._budget is None:
+            return
+        now = self._clock()
+        if self._held_since is not None:
+            waited, self._held_since = now - self._held_since, None
+            self._budget.waited(waited)
+            metrics.SNOW_BUDGET_WAIT_SECONDS.inc(max(0.0, waited))
+        self._budget.spend(now)
+
+    def rate_limit_seen(self, limit: int | None, reset: float | None) -> None:
+        """An answer's ``X-RateLimit-Limit`` and ``-Reset`` (an epoch on this process's clock)."""
+        if self._budget is not None:
+            self._budget.observe(limit, reset, self._clock())
+            self._dispatch()
+
+    def set_members(self, members: int) -> None:
+        """How many processes share the rate budget (group members alive now)."""
+        if self._budget is not None:
+            self._budget.set_members(members)
+
+    def budget_status(self) -> BudgetStatus | None:
+        """The rate budget now (None: no budget configured or announced)."""
+        if self._budget is None:
+            return None
+        status = self._budget.status(self._clock())
+        return status if status.per_hour is not None else None
 
     def _free_slot(self) -> _Slot | None:
         """The least busy open slot with room; else a slot not yet open (opened lazily)."""
@@ -256,11 +318,17 @@ class SessionPool(AsyncResource):
         metrics.SNOW_CONCURRENCY_LIMIT.set(self._limit.value)
         metrics.SNOW_SESSIONS_OPEN.set(sum(1 for slot in self._slots if slot.session is not None))
         metrics.SNOW_REQUESTS_IN_FLIGHT.set(self._in_flight)
+        budget = self.budget_status()
+        metrics.SNOW_BUDGET_PER_HOUR.set(budget.per_hour or 0 if budget is not None else 0)
+        metrics.SNOW_BUDGET_USED.set(budget.used_in_window if budget is not None else 0)
 
     async def close(self, deadline: Deadline | None = None) -> None:
         """Close every slot session; requests still waiting fail. Safe to call more than once."""
         del deadline  # closing sessions does not wait on the network
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while (waiter := self._queue.pop()) is not None:
             if not waiter.future.done():
                 waiter.future.set_exception(RuntimeError("ServiceNowClient is closed"))

@@ -136,6 +136,27 @@ def parse_retry_after(value: str | None, *, date: str | None = None) -> float | 
     return max(0.0, when - (time.time() if reference is None else reference))
 
 
+def parse_rate_limit(
+    limit: str | None, reset: str | None, *, date: str | None = None
+) -> tuple[int, float] | None:
+    """``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` as (requests per hour, the window's end
+    as an epoch on this process's clock), or None when either is absent or unparseable.
+
+    The reset is an epoch on the instance's clock: shifted by how far the answer's ``Date``
+    header is from the local clock, so a skewed local clock does not move the window."""
+    try:
+        per_hour = int((limit or "").strip())
+        ends = float((reset or "").strip())
+    except ValueError:
+        return None
+    if per_hour < 1 or not math.isfinite(ends):
+        return None
+    instance_now = _http_date(date) if date is not None else None
+    if instance_now is not None:
+        ends += time.time() - instance_now
+    return per_hour, ends
+
+
 def _http_date(text: str) -> float | None:
     """Epoch seconds of an HTTP-date (always GMT), or None."""
     try:

@@ -157,7 +157,7 @@ class StatusViews:
         # The session pool of SPEC §14.1: concurrency limit, sessions, requests in flight.
         pool = ctx.daemon.servicenow_pool()
         if pool is not None:
-            document["servicenow"] = pool
+            document["servicenow"] = {**pool, "rate_budget": ctx.daemon.rate_budget()}
         return document
 
     def _tables(self, state: ConnectorState) -> dict[str, dict[str, object]]:

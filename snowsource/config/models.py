@@ -123,6 +123,11 @@ class HttpConfig(Section):
     # May carry proxy credentials: kept out of repr, and redacted_dict masks the password.
     proxy_url: OptionalProxyUrl = Field(None, repr=False)
     ca_file: OptionalPath = None
+    # An hourly request budget for the process (SPEC §15.3), beside any the instance announces
+    # with X-RateLimit-* headers; the smaller wins. None: only the instance's.
+    max_requests_per_hour: PositiveInt | None = None
+    # The share of either budget left unspent: other clients of the same user, clock skew.
+    rate_limit_headroom: float = Field(0.1, ge=0, lt=1)
 
     @field_validator("retry_max_backoff_ms")
     @classmethod

@@ -7,7 +7,7 @@ waiters and asks these two objects what to do.
   (the instance's node semaphores are full) halves it, never below 1; every 20 further good
   answers raise it by one, up to the configured ceiling K.
 - ``FairQueue``: waiting requests granted round-robin across requester keys (a table's alias;
-  several slices of one table share one key and so one turn), ``normal`` before ``low``.
+  several slices of one table share one key and so one turn), in ``Priority`` order.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ T = TypeVar("T")
 
 
 class Priority(enum.Enum):
-    """How urgent a request is. ``LOW`` (a reconcile key sweep) is granted only while no
-    ``NORMAL`` request (pages of tables, probes) waits."""
+    """How urgent a request is: when requests wait (for a slot or for the rate budget), a
+    more urgent one is granted first (SPEC §15.3). Declaration order is grant order."""
 
-    NORMAL = "normal"
-    LOW = "low"
+    STREAM = "stream"  # a caught-up table's pages and the clock probe: new rows, lag matters
+    DERIVED = "derived"  # delete and journal streams, dictionary reads, existence re-checks
+    BACKFILL = "backfill"  # pages of a table still backfilling, one pager or slices
+    LOW = "low"  # reconcile key sweeps and discovery
 
 
 @dataclass
@@ -122,25 +124,26 @@ class FairQueue(Generic[T]):
     back when it still has tickets: with N keys waiting, a key's ticket is granted within N
     grants of its arrival (one per other key), whatever the others queued. A key whose last
     ticket was granted leaves the ring; when it asks again it joins at the back, behind every key
-    that waited meanwhile. ``LOW`` tickets are granted only when no ``NORMAL`` ticket waits.
+    that waited meanwhile. A ticket is granted only when no ticket of a more urgent priority
+    waits (``Priority`` declaration order).
     """
 
     def __init__(self) -> None:
         self._lanes: dict[Priority, _Lane[T]] = {p: _Lane() for p in Priority}
 
-    def push(self, key: str, ticket: T, priority: Priority = Priority.NORMAL) -> None:
+    def push(self, key: str, ticket: T, priority: Priority = Priority.STREAM) -> None:
         """Queue ``ticket`` for ``key``."""
         self._lanes[priority].push(key, ticket)
 
     def pop(self) -> T | None:
         """The next ticket to grant, or None when none waits."""
-        for priority in Priority:  # declaration order: NORMAL first
+        for priority in Priority:  # declaration order: STREAM first
             ticket = self._lanes[priority].pop()
             if ticket is not None:
                 return ticket
         return None
 
-    def remove(self, key: str, ticket: T, priority: Priority = Priority.NORMAL) -> bool:
+    def remove(self, key: str, ticket: T, priority: Priority = Priority.STREAM) -> bool:
         """Withdraw a ticket that was not granted (its requester gave up); True if it waited."""
         return self._lanes[priority].remove(key, ticket)
 

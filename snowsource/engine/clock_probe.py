@@ -24,6 +24,7 @@ import structlog
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import RateLimitedError
+from snowsource.core.grants import Priority
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import clock_probe_params
 from snowsource.runtime.aio import done_before
@@ -104,7 +105,9 @@ class StartupProbe(AsyncResource):
     async def _once(self) -> None:
         spec = self._spec
         try:
-            await self._client.get_page(spec.name, clock_probe_params(spec), label=spec.alias)
+            await self._client.get_page(
+                spec.name, clock_probe_params(spec), label=spec.alias, priority=Priority.STREAM
+            )
         except RateLimitedError as exc:
             # The instance asked us to wait: the tables' first requests go once that time is up.
             log.warning(

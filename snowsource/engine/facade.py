@@ -125,6 +125,11 @@ class EngineFacade(Protocol):
         opened."""
         ...
 
+    def rate_budget(self) -> dict[str, float | int | None] | None:
+        """The ServiceNow rate budget (SPEC §15.3: per hour, used in the window, waited), None
+        when no budget applies."""
+        ...
+
     async def kafka_reachable(self) -> bool:
         """True when Kafka answered at start and a broker answers the producer now."""
         ...

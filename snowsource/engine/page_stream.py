@@ -48,7 +48,9 @@ class FetchedPage:
 class PageReader(Protocol):
     """Reads one table's pages, retrying as SPEC §9 says (``engine.reader.TableReader``)."""
 
-    async def page(self, after: Position, hi: str) -> tuple[Page, int]: ...
+    async def page(
+        self, after: Position, hi: str, *, backfill: bool = False
+    ) -> tuple[Page, int]: ...
 
     async def check_hidden(self, after: Position, hi: str) -> None: ...
 
@@ -68,13 +70,17 @@ class PageStream:
         stop: asyncio.Event,
         budget: PageBudget | None = None,
         name: str = "page-stream",
+        backfill: bool = False,
     ) -> None:
+        """``backfill``: the range is part of a backfill, whose requests wait behind streaming
+        pages and derived streams when requests queue."""
         self.span = span
         self.complete = False
         self._reader = reader
         self._stop = stop
         self._budget = budget
         self._name = name
+        self._backfill = backfill
         self._after = span.after
         self._first = True
         self._full = False
@@ -139,10 +145,10 @@ class PageStream:
     async def _get(self, after: Position) -> tuple[Page, int]:
         """A page, once the page budget has room for it; the slot goes with the page."""
         if self._budget is None:
-            return await self._reader.page(after, self.span.hi)
+            return await self._reader.page(after, self.span.hi, backfill=self._backfill)
         await self._budget.acquire(self._name)
         try:
-            return await self._reader.page(after, self.span.hi)
+            return await self._reader.page(after, self.span.hi, backfill=self._backfill)
         except BaseException:
             self._budget.release()
             raise

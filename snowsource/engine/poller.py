@@ -208,7 +208,12 @@ class Poller:
         recorder.sweep_began(hi)
         span = PageRange(start, hi)
         stream = PageStream(
-            self._reader, span, stop=self._stop.event, budget=self._pages, name=spec.alias
+            self._reader,
+            span,
+            stop=self._stop.event,
+            budget=self._pages,
+            name=spec.alias,
+            backfill=gen.backfilling,
         )
         async with stream:
             async for page in stream:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.tableapi import Page
@@ -20,7 +21,12 @@ class PageSource(Protocol):
     """Reads Table API pages (one attempt per call; errors are ``core.errors`` classes)."""
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page: ...
 
 

@@ -21,6 +21,7 @@ from snowsource.core.errors import (
     RetriableError,
     TableFailedError,
 )
+from snowsource.core.grants import Priority
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page, clock_probe_params, page_params
@@ -51,6 +52,8 @@ class TableReader:
         self._log = log
         self._failures = failures
         self.sizer = PageSizer(spec.batch_size)
+        # A derived stream (deletes, journal) reads behind the tables' own streaming pages.
+        self._priority = Priority.STREAM if spec.stream == "table" else Priority.DERIVED
 
     def contended(self) -> bool:
         """Whether the instance's request slots (of every table) are all busy now: one more
@@ -58,22 +61,30 @@ class TableReader:
         client = self._client
         return isinstance(client, SharedSource) and client.saturated()
 
-    async def page(self, after: Position, hi: str) -> tuple[Page, int]:
-        """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with."""
+    async def page(self, after: Position, hi: str, *, backfill: bool = False) -> tuple[Page, int]:
+        """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with.
+
+        ``backfill``: the table is still backfilling, so its pages wait behind streaming
+        tables' pages and derived streams when requests queue (SPEC §15.3)."""
         limits: list[int] = []
 
         def params() -> dict[str, str]:
             limits.append(self.sizer.size)
             return page_params(self._spec, after, hi, limits[-1])
 
-        page = await self._request(params, sizing=True)
+        priority = Priority.BACKFILL if backfill else self._priority
+        page = await self._request(params, sizing=True, priority=priority)
         return page, limits[-1]
 
     async def ensure_clock(self, clock: InstanceClock) -> None:
         """HI is never computed from the local clock alone: see one ``Date`` header first
         (the probe in flight for this clock when there is one, else this table's own)."""
         probe = clock_probe_params(self._spec)
-        await observed(clock, lambda: self._request(lambda: probe, sizing=False), stop=self._stop)
+        await observed(
+            clock,
+            lambda: self._request(lambda: probe, sizing=False, priority=Priority.STREAM),
+            stop=self._stop,
+        )
 
     async def check_hidden(self, after: Position, hi: str, *, at_least: int = 1) -> None:
         """An empty page after a full one: are rows there that the user may not read?
@@ -82,7 +93,7 @@ class TableReader:
         page that came back empty with fewer matches than its limit was simply short (every
         match was in it, hidden), so nothing readable can follow it in that range."""
         params = page_params(self._spec, after, hi, 1, count=True)
-        page = await self._request(lambda: params, sizing=False)
+        page = await self._request(lambda: params, sizing=False, priority=self._priority)
         if (page.total_count or 0) >= max(at_least, 1) and not page.rows:
             raise TableFailedError(
                 f"{self._spec.describe}: {page.total_count} row(s) after "
@@ -91,7 +102,9 @@ class TableReader:
                 f"access to these rows or narrow the table's query"
             )
 
-    async def _request(self, params: Callable[[], Mapping[str, str]], *, sizing: bool) -> Page:
+    async def _request(
+        self, params: Callable[[], Mapping[str, str]], *, sizing: bool, priority: Priority
+    ) -> Page:
         async for attempt in retrying(
             self._retry,
             self._stop,
@@ -99,7 +112,7 @@ class TableReader:
             on_retry=functools.partial(self._retrying, sizing),
         ):
             with attempt:
-                page = await self._get(params, sizing=sizing)
+                page = await self._get(params, sizing=sizing, priority=priority)
                 if sizing:
                     self.sizer.success()
                 if self._failures is not None:
@@ -107,12 +120,16 @@ class TableReader:
                 return page
         raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
 
-    async def _get(self, params: Callable[[], Mapping[str, str]], *, sizing: bool) -> Page:
+    async def _get(
+        self, params: Callable[[], Mapping[str, str]], *, sizing: bool, priority: Priority
+    ) -> Page:
         """One request; a page too expensive for the instance is asked again at half the size."""
         spec = self._spec
         while True:
             try:
-                return await self._client.get_page(spec.name, params(), label=spec.alias)
+                return await self._client.get_page(
+                    spec.name, params(), label=spec.alias, priority=priority
+                )
             except ExecutionTimeExceededError as exc:
                 if not (sizing and self.sizer.shrink()):
                     raise

@@ -96,7 +96,7 @@ class SweepClient(Protocol):
         *,
         label: str | None = None,
         requester: str | None = None,
-        priority: Priority = Priority.NORMAL,
+        priority: Priority = Priority.STREAM,
     ) -> Page: ...
 
 

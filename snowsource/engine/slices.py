@@ -436,7 +436,7 @@ class SlicedBackfill:
         tools = self._tools
         if tools.pages is not None:
             await tools.pages.acquire(self._spec.alias)
-        fetch = asyncio.ensure_future(tools.reader.page(after, hi))
+        fetch = asyncio.ensure_future(tools.reader.page(after, hi, backfill=True))
         arrived = False
         try:
             arrived = await done_before(fetch, tools.stop.event)

@@ -40,6 +40,7 @@ from snowsource.core.deletes import (
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.grants import Priority
 from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
@@ -297,7 +298,10 @@ class DeleteHooks(StreamHooks):
         start = Position(spec.start_timestamp, "")
         try:
             await self._client.get_page(
-                spec.name, page_params(spec, start, spec.start_timestamp, 1), label=spec.alias
+                spec.name,
+                page_params(spec, start, spec.start_timestamp, 1),
+                label=spec.alias,
+                priority=Priority.DERIVED,
             )
         except RetriableError:
             return  # the stream's own pages retry; only a refusal is worth failing early
@@ -331,7 +335,10 @@ class DeleteHooks(StreamHooks):
         ):
             with attempt:
                 page = await self._client.get_page(
-                    base.name, current_rows_params(base, keys), label=self.spec.alias
+                    base.name,
+                    current_rows_params(base, keys),
+                    label=self.spec.alias,
+                    priority=Priority.DERIVED,
                 )
         return {raw(row, base.id_field) for row in page.rows}
 

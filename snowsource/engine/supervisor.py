@@ -233,6 +233,11 @@ class Daemon:
             return None
         return {**pool.as_dict(), "paused_seconds": round(client.paused_for(), 3)}
 
+    def rate_budget(self) -> dict[str, float | int | None] | None:
+        """The ServiceNow rate budget (SPEC §15.3) once the client is open and a budget applies."""
+        budget = self._opened.client.rate_budget() if self._opened else None
+        return budget.as_dict() if budget is not None else None
+
     async def kafka_reachable(self) -> bool:
         """Kafka answered at start, and a broker answers the producer now."""
         opened = self._opened

@@ -76,6 +76,12 @@ class TableGeneration:
         self._last_submitted = offset
         self.committer.commit_now(offset)
 
+    @property
+    def backfilling(self) -> bool:
+        """Whether the table has not yet caught up once (its offset says ``backfill``)."""
+        last = self._last_submitted or self._committed
+        return last is None or last.phase == "backfill"
+
     def mark_stream(self) -> None:
         """Caught up: make the committed offset say ``stream`` through the ordered commit path."""
         last = self._last_submitted or self._committed

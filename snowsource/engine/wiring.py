@@ -111,6 +111,8 @@ def snow_client(
         on_date=on_date,
         on_response=on_response,
         max_retry_after=snow_retry(settings).retry_after_cap,
+        max_requests_per_hour=http.max_requests_per_hour,
+        rate_limit_headroom=http.rate_limit_headroom,
     )
 
 

@@ -154,6 +154,22 @@ SNOW_PAUSE_SECONDS = Gauge(
     "Seconds left before ServiceNow requests may leave again (a 429's Retry-After; 0: none)",
     registry=REGISTRY,
 )
+SNOW_BUDGET_PER_HOUR = Gauge(
+    "snowsource_servicenow_rate_budget_per_hour",
+    "Requests per hour this process paces itself to (its share of the instance's rate-limit "
+    "rule or of snow.http.max.requests.per.hour, less the headroom; 0: no budget applies)",
+    registry=REGISTRY,
+)
+SNOW_BUDGET_USED = Gauge(
+    "snowsource_servicenow_rate_budget_used",
+    "Requests this process sent in the current rate-limit window (X-RateLimit-Reset)",
+    registry=REGISTRY,
+)
+SNOW_BUDGET_WAIT_SECONDS = Counter(
+    "snowsource_servicenow_rate_budget_wait_seconds",
+    "Time requests waited for the rate budget",
+    registry=REGISTRY,
+)
 SNOW_NON_PAGE_RESPONSES = Counter(
     "snowsource_servicenow_non_page_responses",
     "2xx answers to a Table API read that were not a page (202 session queueing, other 2xx, "
@@ -193,6 +209,9 @@ ALL_METRIC_NAMES = (
     "snowsource_servicenow_saturations",
     "snowsource_servicenow_pauses",
     "snowsource_servicenow_pause_seconds",
+    "snowsource_servicenow_rate_budget_per_hour",
+    "snowsource_servicenow_rate_budget_used",
+    "snowsource_servicenow_rate_budget_wait_seconds",
     "snowsource_servicenow_non_page_responses",
 )
 

@@ -340,10 +340,10 @@ async def test_low_priority_waits_while_normal_requests_wait(
         await client.get_page("incident", PAGE, label=label, priority=priority)
         order.append(label)
 
-    first = asyncio.create_task(ask("first", Priority.NORMAL))
+    first = asyncio.create_task(ask("first", Priority.STREAM))
     await poll(lambda: (s := client.pool_status()) is not None and s.in_flight == 1)
     sweep = asyncio.create_task(ask("sweep", Priority.LOW))
-    pages = [asyncio.create_task(ask(f"t{n}", Priority.NORMAL)) for n in range(3)]
+    pages = [asyncio.create_task(ask(f"t{n}", Priority.STREAM)) for n in range(3)]
     await asyncio.gather(first, sweep, *pages)
     assert order == ["first", "t0", "t1", "t2", "sweep"]
 

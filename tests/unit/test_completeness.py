@@ -20,6 +20,7 @@ from snowsource.config.loader import LoadedConfig, load_config
 from snowsource.core.cursor import Position
 from snowsource.core.dedup import DedupCache
 from snowsource.core.errors import ConfigError
+from snowsource.core.grants import Priority
 from snowsource.core.journal import journal_partition, journal_query
 from snowsource.core.page import page_positions, plan_page
 from snowsource.core.query import normalise_query
@@ -32,7 +33,12 @@ from snowsource.engine.wiring import stream_specs
 
 class _NoSnow:
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         raise AssertionError("building hooks asks ServiceNow nothing")
 

@@ -181,6 +181,8 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "max.response.bytes": 67108864,
         "proxy.url": None,
         "ca.file": None,
+        "max.requests.per.hour": None,
+        "rate.limit.headroom": 0.1,
     }
     assert dumped["snow"]["tables"]["incident"] == {
         "name": "incident",

@@ -150,7 +150,7 @@ def test_low_priority_waits_for_every_normal_ticket() -> None:
     queue.push("sweep", "s1", Priority.LOW)
     queue.push("a", "a0")
     assert queue.waiting(Priority.LOW) == 2
-    assert queue.waiting(Priority.NORMAL) == 1
+    assert queue.waiting(Priority.STREAM) == 1
     assert queue.pop() == "a0"
     assert queue.pop() == "s0"
     queue.push("b", "b0")  # a normal request that arrives later still goes first

@@ -46,7 +46,7 @@ class _Instance:
         *,
         label: str | None = None,
         requester: str | None = None,
-        priority: Priority = Priority.NORMAL,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         self.calls.append((table, dict(params), requester, priority))
         query = params["sysparm_query"]

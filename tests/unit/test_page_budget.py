@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from snowsource.core.clock import InstanceClock
+from snowsource.core.grants import Priority
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.page import Emit
 from snowsource.core.retry import RetryPolicy
@@ -97,7 +98,12 @@ class _CountingSource:
         self._held = held
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         page = await self._client.get_page(table, params, label=label)
         rows = _Rows(page.rows)

@@ -30,7 +30,7 @@ class Reader:
         self.hold: asyncio.Event | None = None
         self.hidden = hidden
 
-    async def page(self, after: Position, hi: str) -> tuple[Page, int]:
+    async def page(self, after: Position, hi: str, *, backfill: bool = False) -> tuple[Page, int]:
         self.asked.append(after)
         if self.hold is not None:
             await self.hold.wait()

@@ -41,7 +41,7 @@ class Holder:
         self._done: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
-    def ask(self, name: str, key: str = "t", priority: Priority = Priority.NORMAL) -> None:
+    def ask(self, name: str, key: str = "t", priority: Priority = Priority.STREAM) -> None:
         self._done[name] = asyncio.Event()
 
         async def hold() -> None:

@@ -20,6 +20,7 @@ from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
 from snowsource.core.deletes import ACCESS_HINT, delete_partition, delete_stream_spec
 from snowsource.core.errors import ConfigError, TableError
+from snowsource.core.grants import Priority
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
@@ -241,7 +242,12 @@ class _Dictionary:
         self.dictionary_reads = 0
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         if table == "sys_db_object":
             rows = [{"sys_id": "1" * 32, "name": "u_thing", "super_class": ""}]
@@ -319,7 +325,12 @@ class _Existing:
         self.queries: list[str] = []
 
     async def get_page(
-        self, table: str, params: Mapping[str, str], *, label: str | None = None
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        priority: Priority = Priority.STREAM,
     ) -> Page:
         assert table == "incident"
         query = params["sysparm_query"]

@@ -1,0 +1,156 @@
+"""How fast the process may send ServiceNow requests under an hourly rate budget (SPEC §15.3).
+
+Pure: the caller passes the time. A real instance enforces rate-limit rules per user and per
+hour (``sys_rate_limit_rules``) and, when a rule applies, sends ``X-RateLimit-Limit`` (requests
+per hour) and ``X-RateLimit-Reset`` (the epoch at which the window ends) with every answer.
+Over the limit it answers 429 until the reset, and those answers count too. So the client paces
+itself to spend at most ``1 - headroom`` of the budget, evenly:
+
+- With the headers, the window ends at ``X-RateLimit-Reset`` (the header is trusted, not an
+  assumed hour) and the allowance still unspent in it is spread evenly until then. Requests this
+  process sent earlier in the same window count as spent; requests of other clients of the
+  same user cannot be seen, which is what the headroom is for.
+- With only ``snow.http.max.requests.per.hour``, a rolling hour at an even rate.
+- Both: the smaller rate wins. In group mode each member takes ``1 / members`` of it.
+
+"Evenly" is a token bucket: tokens accrue at the paced rate up to ``burst`` (the concurrency
+limit), one per request, so in any interval at most ``rate * length + burst`` requests start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["BudgetStatus", "RateBudget"]
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """The budget now, as ``/status`` and the metrics show it (None: no budget applies)."""
+
+    per_hour: float | None  # this process's paced share, requests per hour
+    limit_per_hour: int | None  # the instance's X-RateLimit-Limit, when it sent one
+    window_ends: float | None  # X-RateLimit-Reset (epoch seconds), when known
+    used_in_window: int  # requests this process sent in the current window
+    waited_seconds: float  # total time requests waited for the budget
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready."""
+        return {
+            "per_hour": None if self.per_hour is None else round(self.per_hour, 1),
+            "limit_per_hour": self.limit_per_hour,
+            "window_ends": self.window_ends,
+            "used_in_window": self.used_in_window,
+            "waited_seconds": round(self.waited_seconds, 3),
+        }
+
+
+@dataclass
+class RateBudget:
+    """The pacing state of one process. ``max_per_hour``: ``snow.http.max.requests.per.hour``."""
+
+    max_per_hour: int | None = None
+    headroom: float = 0.1
+    burst: int = 8
+    members: int = 1
+    _limit: int | None = field(default=None, init=False)
+    _reset: float | None = field(default=None, init=False)
+    _used: int = field(default=0, init=False)  # sent in the header window ending at _reset
+    _tokens: float = field(default=0.0, init=False)
+    _last: float | None = field(default=None, init=False)
+    _waited: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.headroom < 1:
+            raise ValueError(f"headroom must be in [0, 1), got {self.headroom}")
+        if self.burst < 1:
+            raise ValueError(f"burst must be >= 1, got {self.burst}")
+        if self.max_per_hour is not None and self.max_per_hour < 1:
+            raise ValueError(f"max_per_hour must be >= 1, got {self.max_per_hour}")
+        self._tokens = float(self.burst)
+
+    # ---- what the instance says -----------------------------------------------------------
+
+    def observe(self, limit: int | None, reset: float | None, now: float) -> None:
+        """An answer's ``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` (epoch seconds, already
+        on this process's clock). A new reset value starts a new window."""
+        if limit is None or reset is None or limit < 1:
+            return
+        self._refill(now)
+        if reset != self._reset:
+            if self._reset is not None and reset < self._reset:
+                return  # a late answer from the window before: ignore it
+            self._reset, self._used = reset, 0
+        self._limit = limit
+
+    def set_members(self, members: int) -> None:
+        """How many processes share the budget (group members alive now)."""
+        self.members = max(1, members)
+
+    # ---- pacing ---------------------------------------------------------------------------
+
+    def rate(self, now: float) -> float | None:
+        """Requests per second this process may send now; None when no budget applies."""
+        rates: list[float] = []
+        share = (1 - self.headroom) / self.members
+        if self.max_per_hour is not None:
+            rates.append(self.max_per_hour * share / HOUR)
+        if self._limit is not None and self._reset is not None:
+            left_time = self._reset - now
+            if left_time <= 0:
+                # The window the header named is over; until the next answer names the new
+                # one, its limit is the best guess, spread over an hour.
+                rates.append(self._limit * share / HOUR)
+            else:
+                allowance = self._limit * share - self._used
+                rates.append(max(0.0, allowance) / left_time)
+        return min(rates) if rates else None
+
+    def delay(self, now: float) -> float:
+        """Seconds before the next request may start (0: now)."""
+        self._refill(now)
+        if self._tokens >= 1:
+            return 0.0
+        rate = self.rate(now)
+        if rate is None:
+            return 0.0
+        if rate <= 0:
+            # Nothing left in this window: wait for its end (then the next answer says more).
+            assert self._reset is not None
+            return max(self._reset - now, 0.001)
+        return (1 - self._tokens) / rate
+
+    def spend(self, now: float) -> None:
+        """One request starts now."""
+        self._refill(now)
+        self._tokens -= 1
+        if self._reset is not None and now < self._reset:
+            self._used += 1
+
+    def waited(self, seconds: float) -> None:
+        """Requests waited ``seconds`` for the budget (for the metrics)."""
+        self._waited += max(0.0, seconds)
+
+    def status(self, now: float) -> BudgetStatus:
+        """The budget now."""
+        rate = self.rate(now)
+        return BudgetStatus(
+            per_hour=None if rate is None else rate * HOUR,
+            limit_per_hour=self._limit,
+            window_ends=self._reset,
+            used_in_window=self._used,
+            waited_seconds=self._waited,
+        )
+
+    def _refill(self, now: float) -> None:
+        last, self._last = self._last, now
+        if last is None or now <= last:
+            return
+        rate = self.rate(now)
+        if rate is None:
+            self._tokens = float(self.burst)
+        elif not math.isinf(rate):
+            self._tokens = min(float(self.burst), self._tokens + rate * (now - last))
