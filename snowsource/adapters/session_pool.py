@@ -231,10 +231,11 @@ class SessionPool(AsyncResource):
             metrics.SNOW_BUDGET_WAIT_SECONDS.inc(max(0.0, waited))
         self._budget.spend(now)
 
-    def rate_limit_seen(self, limit: int | None, reset: float | None) -> None:
-        """An answer's ``X-RateLimit-Limit`` and ``-Reset`` (an epoch on this process's clock)."""
+    def rate_limit_seen(self, limit: int, window: float, ends: float) -> None:
+        """An answer's ``X-RateLimit-Limit`` and ``-Reset`` (``window``, as sent) and when that
+        window ends on this process's clock."""
         if self._budget is not None:
-            self._budget.observe(limit, reset, self._clock())
+            self._budget.observe(limit, window, self._clock(), ends=ends)
             self._dispatch()
 
     def set_members(self, members: int) -> None:

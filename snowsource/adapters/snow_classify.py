@@ -138,23 +138,23 @@ def parse_retry_after(value: str | None, *, date: str | None = None) -> float | 
 
 def parse_rate_limit(
     limit: str | None, reset: str | None, *, date: str | None = None
-) -> tuple[int, float] | None:
-    """``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` as (requests per hour, the window's end
-    as an epoch on this process's clock), or None when either is absent or unparseable.
+) -> tuple[int, float, float] | None:
+    """``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` as (requests per hour, the reset as sent,
+    the window's end as an epoch on this process's clock), or None when either is absent or
+    unparseable.
 
     The reset is an epoch on the instance's clock: shifted by how far the answer's ``Date``
     header is from the local clock, so a skewed local clock does not move the window."""
     try:
         per_hour = int((limit or "").strip())
-        ends = float((reset or "").strip())
+        window = float((reset or "").strip())
     except ValueError:
         return None
-    if per_hour < 1 or not math.isfinite(ends):
+    if per_hour < 1 or not math.isfinite(window):
         return None
     instance_now = _http_date(date) if date is not None else None
-    if instance_now is not None:
-        ends += time.time() - instance_now
-    return per_hour, ends
+    ends = window if instance_now is None else window + time.time() - instance_now
+    return per_hour, window, ends
 
 
 def _http_date(text: str) -> float | None:

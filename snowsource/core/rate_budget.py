@@ -57,8 +57,10 @@ class RateBudget:
     burst: int = 8
     members: int = 1
     _limit: int | None = field(default=None, init=False)
-    _reset: float | None = field(default=None, init=False)
+    _window: float | None = field(default=None, init=False)  # X-RateLimit-Reset as sent
+    _reset: float | None = field(default=None, init=False)  # when it ends, on our clock
     _used: int = field(default=0, init=False)  # sent in the header window ending at _reset
+    _after: int = field(default=0, init=False)  # sent since _reset passed: the next window's
     _tokens: float = field(default=0.0, init=False)
     _last: float | None = field(default=None, init=False)
     _waited: float = field(default=0.0, init=False)
@@ -74,16 +76,25 @@ class RateBudget:
 
     # ---- what the instance says -----------------------------------------------------------
 
-    def observe(self, limit: int | None, reset: float | None, now: float) -> None:
-        """An answer's ``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` (epoch seconds, already
-        on this process's clock). A new reset value starts a new window."""
-        if limit is None or reset is None or limit < 1:
+    def observe(
+        self, limit: int | None, window: float | None, now: float, *, ends: float | None = None
+    ) -> None:
+        """An answer's ``X-RateLimit-Limit`` and ``X-RateLimit-Reset`` (``window``, as sent: it
+        names the window). ``ends``: when that is on this process's clock (default: the same
+        value). A new ``window`` starts a new count; of the answers of one window, the earliest
+        end estimate is kept (each reads late by up to the ``Date`` header's one second, which
+        errs on the side of a slower pace)."""
+        if limit is None or window is None or limit < 1:
             return
         self._refill(now)
-        if reset != self._reset:
-            if self._reset is not None and reset < self._reset:
+        end = window if ends is None else ends
+        if window != self._window:
+            if self._window is not None and window < self._window:
                 return  # a late answer from the window before: ignore it
-            self._reset, self._used = reset, 0
+            self._window, self._reset = window, end
+            self._used, self._after = self._after, 0
+        elif self._reset is None or end < self._reset:
+            self._reset = end
         self._limit = limit
 
     def set_members(self, members: int) -> None:
@@ -98,15 +109,11 @@ class RateBudget:
         share = (1 - self.headroom) / self.members
         if self.max_per_hour is not None:
             rates.append(self.max_per_hour * share / HOUR)
-        if self._limit is not None and self._reset is not None:
-            left_time = self._reset - now
-            if left_time <= 0:
-                # The window the header named is over; until the next answer names the new
-                # one, its limit is the best guess, spread over an hour.
-                rates.append(self._limit * share / HOUR)
-            else:
-                allowance = self._limit * share - self._used
-                rates.append(max(0.0, allowance) / left_time)
+        if self._limit is not None and self._reset is not None and now < self._reset:
+            # The allowance still unspent, spread evenly until the window's end. Once that end
+            # has passed the rule counts afresh: nothing binds until an answer names the next.
+            allowance = self._limit * share - self._used
+            rates.append(max(0.0, allowance) / (self._reset - now))
         return min(rates) if rates else None
 
     def delay(self, now: float) -> float:
@@ -129,6 +136,8 @@ class RateBudget:
         self._tokens -= 1
         if self._reset is not None and now < self._reset:
             self._used += 1
+        else:
+            self._after += 1
 
     def waited(self, seconds: float) -> None:
         """Requests waited ``seconds`` for the budget (for the metrics)."""

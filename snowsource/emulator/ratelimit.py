@@ -43,9 +43,15 @@ class RateDecision:
 
 
 class RateLimiter:
-    """Rules plus per-(rule, user, hour) counters."""
+    """Rules plus per-(rule, user, window) counters.
 
-    def __init__(self) -> None:
+    ``window_seconds`` is an hour on a real instance; tests compress it (a rule of N requests
+    "per hour" then allows N per window, and ``X-RateLimit-Reset`` names the window's end)."""
+
+    def __init__(self, window_seconds: float = 3600.0) -> None:
+        if window_seconds <= 0:
+            raise ValueError("window_seconds must be > 0")
+        self.window_seconds = window_seconds
         self.rules: list[RateLimitRule] = []
         self._counts: dict[tuple[str, str, int], int] = {}
 
@@ -76,8 +82,8 @@ class RateLimiter:
         rule = self._rule_for(user, table)
         if rule is None:
             return None
-        window = int(now // 3600)
-        reset = (window + 1) * 3600
+        window = int(now // self.window_seconds)
+        reset = math.ceil((window + 1) * self.window_seconds)
         key = (rule.sys_id, user.name, window)
         count = self._counts.get(key, 0) + 1
         self._counts[key] = count

@@ -71,7 +71,10 @@ class GroupOwner:
         tasks: TaskSet,
         page_slots: int,
         stop_timeout: float,
+        on_members: Callable[[int], None] = lambda members: None,
     ) -> None:
+        """``on_members`` learns how many members the group has at each round (they share the
+        ServiceNow rate budget)."""
         self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
         self.streams: dict[str, list[TableSpec]] = {}
         for spec in specs:
@@ -89,6 +92,7 @@ class GroupOwner:
         self._tasks = tasks
         self._pages = PageBudget(page_slots)
         self._stop_timeout = stop_timeout
+        self._on_members = on_members
         self._units: dict[str, Generation] = {}
         # Tables whose pollers are draining: still polled as far as the group is concerned.
         self._stopping: dict[str, Generation] = {}
@@ -117,6 +121,7 @@ class GroupOwner:
     def on_view(self, view: GroupView) -> None:
         """The assignor's callback with each round's plan (runs in aiokafka's task: no wait)."""
         self.view = view
+        self._on_members(max(1, len(view.members)))
         self._changed.set()
 
     def on_lost(self, why: str) -> None:

@@ -144,6 +144,7 @@ class Daemon:
                 tasks=self._tasks,
                 page_slots=slots,
                 stop_timeout=self.settings.shutdown_timeout_seconds,
+                on_members=self._share_budget,
             )
             return GroupTables(owner)
         return StaticTables(
@@ -232,6 +233,11 @@ class Daemon:
         if client is None or pool is None:
             return None
         return {**pool.as_dict(), "paused_seconds": round(client.paused_for(), 3)}
+
+    def _share_budget(self, members: int) -> None:
+        # Each member of a group takes its share of the ServiceNow rate budget (SPEC §15.3).
+        if self._opened is not None:
+            self._opened.client.set_members(members)
 
     def rate_budget(self) -> dict[str, float | int | None] | None:
         """The ServiceNow rate budget (SPEC §15.3) once the client is open and a budget applies."""

@@ -40,7 +40,7 @@ def test_the_instance_window_is_trusted_and_its_allowance_spread_until_the_reset
     budget = RateBudget(headroom=0.1, burst=2)
     # A rule of 600 an hour whose window ends in 60 s (a window the instance compressed, or
     # the last minute of an hour): 540 may be spent, evenly, by the reset.
-    budget.observe(600, reset=1060.0, now=1000.0)
+    budget.observe(600, window=1060.0, now=1000.0)
     starts = _drain(budget, 1000.0, 1060.0)
     assert 530 <= len(starts) <= 542
     # Evenly: no ten seconds carry more than their share plus the burst.
@@ -51,19 +51,42 @@ def test_the_instance_window_is_trusted_and_its_allowance_spread_until_the_reset
 
 def test_a_new_reset_starts_a_new_window_and_an_old_one_is_ignored() -> None:
     budget = RateBudget(headroom=0.0, burst=1)
-    budget.observe(100, reset=100.0, now=0.0)
+    budget.observe(100, window=100.0, now=0.0)
     for _ in range(50):
         budget.spend(1.0)
     assert budget.status(1.0).used_in_window == 50
-    budget.observe(100, reset=200.0, now=100.0)
+    budget.observe(100, window=200.0, now=100.0)
     assert budget.status(100.0).used_in_window == 0
-    budget.observe(100, reset=100.0, now=100.5)  # a late answer of the window before
+    budget.observe(100, window=100.0, now=100.5)  # a late answer of the window before
     assert budget.status(100.5).window_ends == 200.0
+
+
+def test_a_window_that_ended_binds_nothing_and_its_requests_count_in_the_next() -> None:
+    budget = RateBudget(headroom=0.0, burst=2)
+    budget.observe(10, window=100.0, now=0.0)
+    assert budget.rate(150.0) is None
+    budget.spend(150.0)
+    budget.spend(150.0)
+    budget.observe(10, window=200.0, now=150.5)
+    assert budget.status(150.5).used_in_window == 2
+    assert budget.rate(150.5) == pytest.approx(8 / 49.5)
+
+
+def test_answers_of_one_window_keep_its_count_and_the_earliest_end() -> None:
+    # Each answer converts the reset with its own Date header (one-second resolution): the
+    # estimates differ, but the window (the header as sent) is the same and so is its count.
+    budget = RateBudget(headroom=0.0, burst=1)
+    budget.observe(10, window=100.0, now=0.0, ends=100.7)
+    budget.spend(0.0)
+    budget.observe(10, window=100.0, now=0.5, ends=100.2)
+    budget.observe(10, window=100.0, now=0.6, ends=100.9)
+    status = budget.status(0.6)
+    assert (status.used_in_window, status.window_ends) == (1, 100.2)
 
 
 def test_nothing_left_in_the_window_waits_for_its_end() -> None:
     budget = RateBudget(headroom=0.0, burst=1)
-    budget.observe(10, reset=100.0, now=0.0)
+    budget.observe(10, window=100.0, now=0.0)
     for _ in range(10):
         budget.spend(0.0)
     assert budget.delay(40.0) == pytest.approx(60.0)
@@ -71,7 +94,7 @@ def test_nothing_left_in_the_window_waits_for_its_end() -> None:
 
 def test_the_smaller_budget_wins_and_members_share_it() -> None:
     budget = RateBudget(max_per_hour=7200, headroom=0.0, burst=1)
-    budget.observe(3600, reset=HOUR, now=0.0)
+    budget.observe(3600, window=HOUR, now=0.0)
     assert budget.rate(0.0) == pytest.approx(1.0)  # the instance's 3600/h beats 7200/h
     budget.set_members(3)
     assert budget.rate(0.0) == pytest.approx(1 / 3)

@@ -11,6 +11,7 @@ import pytest
 
 from snowsource.adapters.session_pool import Lease, SessionPool
 from snowsource.core.grants import Priority
+from snowsource.core.rate_budget import RateBudget
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -62,6 +63,13 @@ class Holder:
         for event in self._done.values():
             event.set()
         await asyncio.gather(*self._tasks)
+
+    async def abandon(self) -> None:
+        """Give every lease back and close the pool: requests still waiting fail."""
+        for event in self._done.values():
+            event.set()
+        await self.pool.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def test_slots_open_lazily_and_are_reused(opened: list[aiohttp.ClientSession]) -> None:
@@ -188,3 +196,49 @@ def test_impossible_sizes_are_refused() -> None:
         SessionPool(never, max_concurrent_requests=0)
     with pytest.raises(ValueError, match="requests_per_session"):
         SessionPool(never, max_concurrent_requests=1, requests_per_session=0)
+
+
+class StepClock:
+    """The pool's epoch clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_binding_budget_grants_the_most_urgent_waiter_first(
+    opened: list[aiohttp.ClientSession],
+) -> None:
+    clock = StepClock()
+
+    def make(jar: aiohttp.abc.AbstractCookieJar) -> aiohttp.ClientSession:
+        session = aiohttp.ClientSession(cookie_jar=jar)
+        opened.append(session)
+        return session
+
+    budget = RateBudget(max_per_hour=3600, headroom=0.0, burst=1)  # one a second
+    pool = SessionPool(make, max_concurrent_requests=4, budget=budget, clock=clock)
+    holder = Holder(pool)
+    holder.ask("first", key="big", priority=Priority.BACKFILL)
+    await holder.settle()
+    assert "first" in holder.leases  # the bucket's one token
+    for i in range(5):
+        holder.ask(f"slice{i}", key="big", priority=Priority.BACKFILL)
+    holder.ask("sweep", key="keys", priority=Priority.LOW)
+    holder.ask("deletes", key="d", priority=Priority.DERIVED)
+    holder.ask("live", key="live", priority=Priority.STREAM)
+    await holder.settle()
+    assert set(holder.leases) == {"first"}  # slots are free; the budget holds them back
+    assert pool.status().waiting == 8
+    granted: list[str] = []
+    for _ in range(3):
+        clock.now += 1.0  # one more token
+        pool.rate_limit_seen(10**6, 5000.0, 5000.0)  # an answer arrives: the pool looks again
+        await holder.settle()
+        granted += [name for name in holder.leases if name not in granted and name != "first"]
+    assert granted == ["live", "deletes", "slice0"]
+    status = pool.budget_status()
+    assert status is not None and status.waited_seconds >= 1.0
+    await holder.abandon()  # the rest would wait for tokens the frozen clock never accrues
