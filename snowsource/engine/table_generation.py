@@ -94,6 +94,8 @@ class TableGeneration:
         (with exactly-once, a transaction of its own). Nothing is written when neither the
         position nor the phase moved: a quiet sweep that re-read its overlap writes nothing.
         """
+        if self._stop.revoked():
+            return  # group mode: another member may own the table now; its offset is not ours
         if last_read is None or last_read <= self.cursor:
             if phase == "stream":
                 self.mark_stream()
