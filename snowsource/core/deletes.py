@@ -133,3 +133,47 @@ def superseded(stones: Sequence[Tombstone], current: Collection[str]) -> frozens
     row downstream, so the delete itself is left out and the row's last record stays an upsert.
     """
     return frozenset(stone.audit_id for stone in stones if stone.key in current)
+
+
+class Rechecks:
+    """The answers to the delete stream's "do these rows exist again?" requests, by audit row.
+
+    Every sweep re-reads the audit rows of its overlap window. Asking the table about them each
+    time would repeat the request (and, for a re-created row, its log line) on every sweep for
+    the whole window; each audit row is asked about once instead, and its answer reused while
+    it can be read again. The poller forgets the answers older than its next sweep's start;
+    the stream forgets them all when a generation starts (a restart after a produce failure
+    asks again rather than trust an answer from before what it must send again).
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[str, tuple[str, bool]] = {}  # audit id -> (its ts, superseded)
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def unasked(self, stones: Sequence[Tombstone]) -> list[Tombstone]:
+        """The tombstones whose audit row was not asked about yet."""
+        return [stone for stone in stones if stone.audit_id not in self._answers]
+
+    def answered(self, stones: Sequence[Tombstone], skip: Collection[str]) -> None:
+        """Remember the answer for ``stones``: those in ``skip`` exist again."""
+        for stone in stones:
+            self._answers[stone.audit_id] = (stone.timestamp, stone.audit_id in skip)
+
+    def superseded(self, stones: Sequence[Tombstone]) -> frozenset[str]:
+        """Audit ids of ``stones`` whose deleted row was found to exist again."""
+        answers = self._answers
+        return frozenset(
+            stone.audit_id
+            for stone in stones
+            if stone.audit_id in answers and answers[stone.audit_id][1]
+        )
+
+    def evict_older_than(self, ts: str) -> None:
+        """Forget audit rows created before ``ts``: no sweep reads them again."""
+        self._answers = {k: v for k, v in self._answers.items() if v[0] >= ts}
+
+    def clear(self) -> None:
+        """Forget every answer."""
+        self._answers.clear()

@@ -401,7 +401,8 @@ _TIMESTAMP: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0
 
 @dataclass(frozen=True, order=False)
 class SourceOffset:
-    """A table's source offset: the cursor after the last emitted row, plus its context."""
+    """A table's source offset: the cursor after the last emitted row (or the last row a
+    completed sweep read), plus its context."""
 
     timestamp: str
     sys_id: str

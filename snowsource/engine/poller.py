@@ -232,12 +232,13 @@ class Poller:
             return None
         self._hooks.completed(hi)
         recorder.phase("stream")
-        gen.mark_stream()
+        gen.sweep_read(last_read, phase="stream")
         lag = max((self._clock.now() - parse_ts(hi)).total_seconds(), 0.0)
         recorder.swept(counts, time.monotonic() - began, lag=lag, cursor=gen.cursor, hi=hi)
         following = next_sweep_start(start, last_read, hi, spec.overlap_seconds)
         # Entries older than the re-read window can never suppress a row again.
         gen.dedup.evict_older_than(following.ts)
+        self._hooks.evict_older_than(following.ts)
         return following
 
     # ------------------------------------------------------------------ 3. pages

@@ -104,6 +104,9 @@ async def sliced_sweep(
         last = await backfill.run()
     finally:
         tools.recorder.slices(None)
+    # Every range acknowledged: the prefix ends at the last emitted row; rows after it that
+    # were left out (already in Kafka after a crash) are passed too (SPEC §15.4).
+    gen.sweep_read(last, phase="backfill")
     tools.recorder.sweep_ended(caught_up=False)
     return next_sweep_start(start, last, hi, tools.spec.overlap_seconds)
 

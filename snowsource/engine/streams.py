@@ -34,6 +34,7 @@ from snowsource.core.deletes import (
     AUDIT_ID_HEADER,
     AUDIT_TABLE,
     OPERATION_HEADER,
+    Rechecks,
     cap_high_water,
     superseded,
     tombstone,
@@ -120,6 +121,9 @@ class StreamHooks:
 
     def completed(self, hi: str) -> None:
         """A sweep up to ``hi`` ended caught up, every record of it acknowledged."""
+
+    def evict_older_than(self, ts: str) -> None:
+        """The next sweep starts at ``ts``: what the stream remembers of older rows can go."""
 
     def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         """Key and value of the record for ``emit`` (``headers`` and the per-record
@@ -288,8 +292,10 @@ class DeleteHooks(StreamHooks):
         )
         self.headers = [*source_headers(spec.partition, table=base.name), DELETE]
         self.record_headers = _audit_headers
+        self._rechecks = Rechecks()
 
     async def start(self) -> None:
+        self._rechecks.clear()
         # The stream reads nothing until its table completed a sweep, which may take hours: a
         # missing read ACL on sys_audit_delete is asked about now, so it FAILs the stream now.
         spec = self.spec
@@ -310,20 +316,26 @@ class DeleteHooks(StreamHooks):
         return cap_high_water(hi, self._mark.completed_hi)
 
     async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-        """The audit rows whose deleted row exists again (``core.deletes.superseded``)."""
+        """The audit rows whose deleted row exists again (``core.deletes.superseded``); each
+        audit row is asked about once, not on every sweep that re-reads it (``Rechecks``)."""
         stones = [tombstone(row, self._base.name) for row in rows]
-        keys = sorted({stone.key for stone in stones})
+        unasked = self._rechecks.unasked(stones)
+        keys = sorted({stone.key for stone in unasked})
         current: set[str] = set()
         for start in range(0, len(keys), _IDS_PER_REQUEST):
             current |= await self._existing(keys[start : start + _IDS_PER_REQUEST])
-        skip = superseded(stones, current)
+        skip = superseded(unasked, current)
+        self._rechecks.answered(unasked, skip)
         if skip:
             self._log.info(
                 "deleted rows exist again (re-created with the same id): their tombstones are "
                 "left out, so the re-created row's upsert stays their last record",
-                documentkeys=sorted({s.key for s in stones if s.audit_id in skip}),
+                documentkeys=sorted({s.key for s in unasked if s.audit_id in skip}),
             )
-        return skip
+        return self._rechecks.superseded(stones)
+
+    def evict_older_than(self, ts: str) -> None:
+        self._rechecks.evict_older_than(ts)
 
     async def _existing(self, keys: list[str]) -> set[str]:
         base = self._base

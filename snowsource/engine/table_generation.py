@@ -89,6 +89,35 @@ class TableGeneration:
             return
         self.commit(replace(last, phase="stream"))
 
+    def sweep_read(self, last_read: Position | None, *, phase: str) -> None:
+        """A sweep read its range to the end with every record of it acknowledged: the offset
+        reaches the last row it read, emitted or not (SPEC §15.4), and says ``phase``.
+
+        Rows after the last emitted one were left out on purpose (superseded by their
+        re-creation, or already in Kafka after a crash): like a Debezium heartbeat, the offset
+        moves past them so that a restart does not read them again and ``offsets list`` shows
+        where the stream is. Queued behind every record submitted before it, as every commit
+        (with exactly-once, a transaction of its own). Nothing is written when neither the
+        position nor the phase moved: a quiet sweep that re-read its overlap writes nothing.
+        """
+        if self._stop.revoked():
+            return  # group mode: another member may own the table now; its offset is not ours
+        if last_read is None or last_read <= self.cursor:
+            if phase == "stream":
+                self.mark_stream()
+            return
+        # The cursor moves too: a late row emitted after this carries an offset not below it
+        # (the offset never moves back; a restart would take a lower one for a rewind).
+        self.cursor = last_read
+        self.commit(
+            SourceOffset(
+                timestamp=last_read.ts,
+                sys_id=last_read.id,
+                phase=phase,
+                fingerprint=self.spec.partition.query_fingerprint,
+            )
+        )
+
     async def commit_loop(self) -> None:
         """The committer's task: it may end only because the drain closed it."""
         try:

@@ -9,10 +9,22 @@ from __future__ import annotations
 
 from collections import Counter
 
+import orjson
+import pytest
+
+from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.offset_store import OffsetStore
 from snowsource.core.journal import journal_partition
 from snowsource.core.offsets_codec import encode_key
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, read_topic, running, status
+from tests.integration.engine import (
+    caught_up,
+    committed_stream,
+    read_offsets,
+    read_topic,
+    running,
+    status,
+)
 from tests.polling import poll_until
 
 JOURNAL = {"incident": {"name": "incident", "journal": True}}
@@ -77,3 +89,61 @@ async def test_journal_topic_can_be_named(env: Env) -> None:
         await poll_until(caught_up(daemon, "incident.journal"))
     records = await read_topic(env.bootstrap, named)
     assert sorted(r.key.decode() for r in records if r.key) == sorted(written)
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+async def test_a_journal_sweep_whose_rows_were_all_in_kafka_moves_its_offset(
+    env: Env, exactly_once: bool
+) -> None:
+    """Issue 27 for the journal stream: its offset a crash left 30 rows behind the records in
+    its topic. The restart suppresses every re-read row and still moves the offset to the last
+    journal row, with no new record."""
+    env.emu.seed(tables=("incident",), rows=5)
+    _write_journal(env, records=5, entries=60)
+    top = {"exactly.once": exactly_once, "batch.size": 20}
+    async with running(env.settings(JOURNAL, **top)) as daemon:
+        await poll_until(caught_up(daemon, "incident", "incident.journal"))
+        await poll_until(committed_stream(daemon, "incident", "incident.journal"))
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    topic = env.topic("incident") + ".journal"
+    before = await read_topic(env.bootstrap, topic, isolation_level=isolation)
+    assert len(before) == 60
+    ordered = sorted(
+        (row["sys_created_on"], row["sys_id"])
+        for row in env.emu.rows("sys_journal_field")
+        if row["name"] == "incident"
+    )
+    older, last = ordered[-30], ordered[-1]
+    partition = journal_partition(snow_url=env.url, table="incident", query_domain=True)
+    journal_key = encode_key(env.name, partition)
+    # Every offset as it was, the journal's 30 rows behind: the state a crash between produce
+    # and offset write leaves.
+    lost_topic = f"{env.offsets_topic}-lost"
+    async with OffsetStore(
+        KafkaConnection(env.bootstrap), topic=lost_topic, connector=env.name, partitions=1
+    ) as store:
+        for record in await read_topic(env.bootstrap, env.offsets_topic):
+            assert record.key is not None
+            value = record.value
+            if record.key == journal_key and value is not None:
+                value = orjson.dumps(
+                    {**orjson.loads(value), "timestamp": older[0], "sys_id": older[1]}
+                )
+            await store.write_raw(record.key, value)
+
+    settings = env.settings(JOURNAL, **top, **{"offset.storage.topic": lost_topic})
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident.journal"))
+        journal = status(daemon, "incident.journal")
+
+        def at_last_row() -> bool:
+            committed = journal.committed
+            return committed is not None and (committed.timestamp, committed.sys_id) == last
+
+        await poll_until(at_last_row, timeout=10)
+        assert journal.rows_emitted == 0
+        assert journal.rows_suppressed >= 29
+    offset = (await read_offsets(env.bootstrap, lost_topic, env.name))["sys_journal_field"]
+    assert (offset["timestamp"], offset["sys_id"]) == last
+    after = await read_topic(env.bootstrap, topic, isolation_level=isolation)
+    assert len(after) == len(before)

@@ -29,6 +29,7 @@ from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,
     caught_up,
+    committed_stream,
     read_offsets,
     read_topic,
     running,
@@ -285,3 +286,74 @@ async def test_resume_rebuilds_the_cache_and_re_emits_nothing(env: Env) -> None:
         assert table.rows_suppressed >= 50
     records = await read_topic(env.bootstrap, env.topic("incident"))
     assert len(records) == len(rows)
+
+
+async def _offset_records(env: Env, topic: str) -> int:
+    return len(await read_topic(env.bootstrap, topic))
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+@pytest.mark.parametrize("slices", [1, 4], ids=["one-pager", "sliced"])
+async def test_a_sweep_whose_rows_were_all_in_kafka_moves_the_offset_to_its_last_row(
+    env: Env, exactly_once: bool, slices: int
+) -> None:
+    """SPEC §15.4: the state a kill -9 leaves between produce and offset write (records in the
+    topic past the stored offset). The restart's rebuild suppresses every re-read row, and
+    its first completed sweep still moves the stored offset to the last row it read, with no
+    new record; later sweeps that move nothing write no offset. Sliced: the backfill's end
+    commits it (the stored offset says ``backfill``, so the restart's first sweep is sliced)."""
+    rows = _bursts(env, seconds=20, per_second=6)
+    top = {"overlap.seconds": 3, "exactly.once": exactly_once, "backfill.slices": slices}
+    async with running(env.settings({"incident": {"name": "incident"}}, **top)) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    topic = env.topic("incident")
+    before = await read_topic(env.bootstrap, topic, isolation_level=isolation)
+    assert len(before) == len(rows)
+    ordered = sorted(rows, key=lambda r: (r["sys_updated_on"], r["sys_id"]))
+    older, last = ordered[-40], ordered[-1]
+    stored = (await read_offsets(env.bootstrap, env.offsets_topic, env.name))["incident"]
+    lost_topic = f"{env.offsets_topic}-lost"
+    settings = env.settings(
+        {"incident": {"name": "incident"}}, **top, **{"offset.storage.topic": lost_topic}
+    )
+    spec = next(s for s in daemon.specs if s.alias == "incident")
+    # A fresh offsets topic holding only the older commit: the history of the later commits
+    # was never written, exactly the state a crash between produce and offset write leaves.
+    rewound = SourceOffset(
+        timestamp=older["sys_updated_on"],
+        sys_id=older["sys_id"],
+        phase="backfill",
+        fingerprint=stored["fingerprint"],
+    )
+    async with OffsetStore(
+        KafkaConnection(env.bootstrap), topic=lost_topic, connector=env.name, partitions=1
+    ) as store:
+        await store.write(spec.partition, encode_value(rewound))
+
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+        table = status(daemon, "incident")
+        assert table.rows_emitted == 0
+        assert table.rows_suppressed >= 40
+        end = (last["sys_updated_on"], last["sys_id"])
+
+        def at_end() -> bool:
+            committed = table.committed
+            return committed is not None and (committed.timestamp, committed.sys_id) == end
+
+        await poll_until(at_end, timeout=10)
+        await poll_until(committed_stream(daemon, "incident"), timeout=10)
+        writes = await _offset_records(env, lost_topic)
+        await sweeps_after(daemon, "incident", 3)
+        assert table.rows_emitted == 0
+        # Quiet sweeps re-read their overlap window and move nothing: no offset write.
+        assert await _offset_records(env, lost_topic) == writes
+    offset = (await read_offsets(env.bootstrap, lost_topic, env.name))["incident"]
+    assert (offset["timestamp"], offset["sys_id"], offset["phase"]) == (*end, "stream")
+    if slices > 1:
+        # The sliced sweep's end wrote it, before the one-pager sweep after it said "stream".
+        history = [r.json for r in await read_topic(env.bootstrap, lost_topic) if r.value]
+        assert {**offset, "phase": "backfill"} in history
+    after = await read_topic(env.bootstrap, topic, isolation_level=isolation)
+    assert len(after) == len(before)

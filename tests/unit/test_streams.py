@@ -323,6 +323,7 @@ class _Existing:
     def __init__(self, live: set[str]) -> None:
         self.live = live
         self.queries: list[str] = []
+        self.audit_probe = False  # answer the delete stream's access probe at its start
 
     async def get_page(
         self,
@@ -332,6 +333,8 @@ class _Existing:
         label: str | None = None,
         priority: Priority = Priority.STREAM,
     ) -> Page:
+        if self.audit_probe and table == "sys_audit_delete":
+            return Page(rows=[], status=200, date=None, total_count=None, elapsed=0.0)
         assert table == "incident"
         query = params["sysparm_query"]
         self.queries.append(query)
@@ -367,3 +370,49 @@ async def test_a_delete_stream_leaves_out_tombstones_of_rows_that_exist_again() 
     (query,) = client.queries
     assert query.startswith("active=true^sys_idIN")
     assert "^NQpriority=1^sys_idIN" in query
+
+
+async def test_a_delete_stream_asks_about_each_audit_row_once() -> None:
+    """Issue 27: sweeps re-read their overlap window; the "do these rows exist again?" request
+    is made for the audit rows not asked about yet, and the answer reused for the others
+    until they fall out of the window, or until a generation starts again."""
+    table = make_spec("incident", deletes=True)
+    client = _Existing({"d" * 32})
+    hooks = DeleteHooks(
+        delete_stream_spec(table, snow_url=URL),
+        mark=SweepMark(),
+        client=client,
+        retry=RetryPolicy(0.01, 0.01),
+        stop=asyncio.Event(),
+    )
+
+    def audit(audit_id: str, key: str, second: int) -> dict[str, str]:
+        return {
+            "sys_id": audit_id,
+            "sys_created_on": f"2026-09-29 07:00:{second:02d}",
+            "tablename": "incident",
+            "documentkey": key,
+        }
+
+    first = [audit("a" * 32, "d" * 32, 30), audit("b" * 32, "e" * 32, 31)]
+    assert await hooks.prepare(first) == {"a" * 32}
+    assert len(client.queries) == 1
+    # The next sweep re-reads both and finds a new one: only the new one is asked about.
+    again = [*first, audit("c" * 32, "d" * 32, 32)]
+    assert await hooks.prepare(again) == {"a" * 32, "c" * 32}
+    assert len(client.queries) == 2
+    assert "sys_idINd" in client.queries[1]
+    assert "e" * 32 not in client.queries[1]
+    assert await hooks.prepare(again) == {"a" * 32, "c" * 32}
+    assert len(client.queries) == 2, "nothing new: no request"
+    # Out of the next sweep's window: forgotten, and asked about again if ever read again.
+    hooks.evict_older_than("2026-09-29 07:00:31")
+    assert await hooks.prepare(first) == {"a" * 32}
+    assert len(client.queries) == 3
+    assert "d" * 32 in client.queries[2]
+    assert "e" * 32 not in client.queries[2]
+    # A new generation (a restart after a produce failure) asks again.
+    client.audit_probe = True
+    await hooks.start()
+    await hooks.prepare(first)
+    assert len(client.queries) == 4
