@@ -340,6 +340,13 @@
       parts.push(`sessions open ${s.sessions_open}`, `requests in flight ${s.requests_in_flight}`);
       if (s.requests_waiting) parts.push(`waiting ${s.requests_waiting}`);
       if (s.paused_seconds > 0) parts.push(`paused by Retry-After ${Math.ceil(s.paused_seconds)} s`);
+      const b = s.rate_budget;
+      if (b && b.per_hour !== null) {
+        let text = `rate budget ${Math.round(b.per_hour)}/h`;
+        if (b.limit_per_hour) text += ` (rule ${b.limit_per_hour}/h, ${b.used_in_window} used)`;
+        if (b.waited_seconds > 0) text += `, waited ${Math.round(b.waited_seconds)} s`;
+        parts.push(text);
+      }
       return `ServiceNow: ${parts.join(" · ")}`;
     }
     const pool = Object.keys(GAUGES)
