@@ -19,6 +19,8 @@ class Case:
     tables: tuple[tuple[str, int], ...]
     latency_ms: float = 0.0
     nodes: int = 2  # the emulator models an instance with this many nodes (SPEC §14.1)
+    rate_limit: int = 0  # a rate-limit rule of this many requests per (compressed) window
+    rate_window: float = 3600.0  # the rule's "hour", in seconds
 
     @property
     def rows(self) -> int:
@@ -31,6 +33,8 @@ class Emulator:
     def __init__(self, case: Case) -> None:
         args = [sys.executable, "-m", "bench.emulator_proc", "--latency-ms", str(case.latency_ms)]
         args += ["--nodes", str(case.nodes)]
+        if case.rate_limit:
+            args += ["--rate-limit", str(case.rate_limit), "--rate-window", str(case.rate_window)]
         for table, rows in case.tables:
             args += ["--table", f"{table}={rows}"]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)

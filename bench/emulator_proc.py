@@ -1,7 +1,7 @@
 """The emulator in its own process, seeded for one benchmark case.
 
     python -m bench.emulator_proc --table incident=50000 [--table t01=2000 ...] [--latency-ms 200]
-        [--nodes 2] [--no-instance-model]
+        [--nodes 2] [--no-instance-model] [--rate-limit N --rate-window SECONDS]
 
 ``incident`` is seeded by the emulator's own ``seed``; any other name becomes a table shaped
 like ``incident`` (a child of ``task`` with incident's columns) filled with incident-like rows
@@ -14,6 +14,10 @@ first request and first page arrived and how much CPU the emulator spent serving
 The emulator models an instance (SPEC §14.1) unless ``--no-instance-model``: sessions by
 ``JSESSIONID``, ``--nodes`` nodes with 4 API threads each; ``<url>/emulator/statistics`` has
 what it saw (sessions opened, requests in flight, served time).
+
+``--rate-limit N`` adds a rate-limit rule of N requests "per hour" for every user, whose hour
+is compressed to ``--rate-window`` seconds (``X-RateLimit-Reset`` names each window's end);
+``/stats`` then also counts the 429 answers and the Table API requests per window.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from aiohttp import web
 
 from snowsource.emulator import Emulator, seeding, serve
 from snowsource.emulator.clock import stamp
+from snowsource.emulator.journal import Request
+from snowsource.emulator.ratelimit import RateLimitRule
 
 
 def _seed_like_incident(
@@ -59,6 +65,17 @@ def _seed_like_incident(
         emu.insert(name, values, at=created, visible_at=updated)
 
 
+def _per_window(emu: Emulator, requests: list[Request]) -> dict[str, int]:
+    if not emu.rate_limiter.rules:
+        return {}
+    width = emu.rate_limiter.window_seconds
+    counts: dict[str, int] = {}
+    for request in requests:
+        key = str(int(request.at.timestamp() // width))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 async def _serve(emu: Emulator, report: dict[str, float]) -> None:
     async def stats(_request: web.Request) -> web.Response:
         table_requests = [r for r in emu.journal if r.table]
@@ -67,6 +84,9 @@ async def _serve(emu: Emulator, report: dict[str, float]) -> None:
             # Keyset pages (the clock probe before them carries no query).
             "pages": sum(1 for r in table_requests if "sysparm_query" in r.params),
             "cpu": time.process_time(),
+            "responses_429": sum(1 for r in table_requests if r.status == 429),
+            # Requests per rate-limit window (emulator epoch // window), when a rule is set.
+            "per_window": _per_window(emu, table_requests),
         }
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
@@ -97,11 +117,16 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--no-instance-model", action="store_true")
+    parser.add_argument("--rate-limit", type=int, default=0)
+    parser.add_argument("--rate-window", type=float, default=3600.0)
     args = parser.parse_args()
     emu = Emulator(seed=3, now=datetime.now(UTC) - timedelta(seconds=5))
     emu.clock.follow_wall_clock(True)
     emu.latency_ms = args.latency_ms
     emu.instance.configure(enabled=not args.no_instance_model, nodes=args.nodes)
+    if args.rate_limit:
+        emu.rate_limiter.window_seconds = args.rate_window
+        emu.rate_limiter.add(RateLimitRule(sys_id="bench-rule", limit_per_hour=args.rate_limit))
     started = time.process_time()
     rng = random.Random(11)
     tables = []

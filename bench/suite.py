@@ -5,6 +5,7 @@
 ``--case 8x20k@250ms-sessions`` runs only the real-instance concurrency case (bench/sessions.py);
 the full suite runs it after its other cases. ``--case 1x200k@250ms-slices`` runs the parallel
 backfill case (bench/slices.py), which the full suite leaves out (it takes minutes).
+``--case 1x20k-ratelimited`` runs the rate-budget case (bench/ratelimit.py).
 
 For each case one emulator process is seeded; then, N times each, (a) the bare pager, (b) bare
 aiokafka produce (and the sink's batch path, b'), (c) the daemon. Each figure is printed as the
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos, sessions, slices
+from bench import eos, ratelimit, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -215,6 +216,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = slices.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
                 print(f"machine: {machine()}")
                 print(slices.table(result))
+        return
+    if args.case and set(args.case) <= set(ratelimit.CASES):  # a rate-limit rule (SPEC §15.3)
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = ratelimit.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(ratelimit.table(result))
         return
     if args.case and set(args.case) <= set(sessions.CASES):  # real-instance concurrency
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
