@@ -39,7 +39,7 @@ from snowsource.core.deletes import (
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
-from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
+from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER, govern_entries
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
@@ -337,7 +337,11 @@ class JournalHooks(StreamHooks):
             ]
             for row in rows
         }
-        return frozenset()
+        # The table's governance holds for its comments and work notes too.
+        base = self.spec.base
+        if base is None:
+            return frozenset()
+        return govern_entries(rows, base.governance)  # type: ignore[arg-type]
 
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])

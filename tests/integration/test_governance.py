@@ -227,3 +227,33 @@ def test_governing_a_cursor_field_exits_2_naming_the_key(
     assert f"snow.tables.incident.{key}" in err
     assert f"remove 'sys_updated_on' from {key}" in err
     assert not env.emu.journal  # nothing was contacted
+
+
+async def test_the_journal_stream_follows_its_table_governance(env: Env) -> None:
+    env.emu.seed(tables=("incident",), rows=5)
+    parents = [row["sys_id"] for row in env.emu.rows("incident")]
+    written: dict[str, tuple[str, str]] = {}
+    for i in range(12):
+        element = "comments" if i % 2 else "work_notes"
+        row = env.emu.add_journal_entry("incident", parents[i % 5], f"entry-{i}-x", element=element)
+        written[row["sys_id"]] = (element, f"entry-{i}-x")
+    tables = {
+        "incident": {
+            "name": "incident",
+            "journal": True,
+            "fields.exclude": ["work_*"],
+            "fields.hash": ["comments"],
+        }
+    }
+    settings = env.settings(tables, governance={"hash.key": KEY})
+    with capture_logs() as logs:
+        async with running(settings) as daemon:
+            await poll_until(caught_up(daemon, "incident", "incident.journal"))
+    records = await read_topic(env.bootstrap, env.topic("incident") + ".journal")
+    comments = {k: v for k, (e, v) in written.items() if e == "comments"}
+    assert {r.key.decode() for r in records if r.key} == set(comments)
+    for record in records:
+        assert record.key is not None
+        assert record.json["value"] == hmac_hex(KEY.encode(), comments[record.key.decode()])
+    logged = repr(logs)
+    assert not any(value in logged for _, value in written.values())

@@ -21,6 +21,7 @@ from snowsource.core.governance import (
     governed_projection,
     hmac_hex,
 )
+from snowsource.core.journal import govern_entries
 
 PROTECTED = frozenset({"sys_updated_on", "sys_id", "sys_mod_count"})
 KEY = b"k3y"
@@ -224,3 +225,21 @@ def test_governed_rows_keep_protected_columns_and_leak_nothing(
                 raw = value["value"] if isinstance(value, dict) else value
                 assert new[name] == (hmac_hex(KEY, raw) if raw else "")
         assert set(new) <= set(old)
+
+
+def test_journal_entries_follow_the_table_governance() -> None:
+    rows: list[dict[str, Any]] = [
+        {"sys_id": "1", "element": "work_notes", "value": "internal"},
+        {"sys_id": "2", "element": "comments", "value": "hello"},
+        {"sys_id": "3", "element": "comments", "value": ""},
+        {"sys_id": "4", "element": "u_note", "value": "kept"},
+    ]
+    skip = govern_entries(rows, gov(exclude=("work_*",), hash=("comments",)))
+    assert skip == {"1"}
+    assert "value" not in rows[0]
+    assert rows[1]["value"] == hmac_hex(KEY, "hello")
+    assert rows[2]["value"] == ""
+    assert rows[3]["value"] == "kept"
+    masked = [{"sys_id": "5", "element": "comments", "value": "hi"}]
+    assert govern_entries(masked, gov(mask=("comments",))) == frozenset()
+    assert masked[0]["value"] == MASK
