@@ -137,6 +137,8 @@ async def test_excluded_sensitive_hashed_and_masked_in_string_and_typed(env: Env
     secrets = [SPECIAL[name] for name in (*SENSITIVE, "first_name", "last_name", "email")]
     for secret in secrets:
         assert secret not in output, secret
+    assert KEY not in output  # the hash key is a secret like the others
+    assert '"hash.key": "***"' in output or "'hash.key': '***'" in output
     records = [
         record
         for alias in ("users_string", "users_typed")
