@@ -4,8 +4,8 @@ The walk itself is pure (:mod:`snowsource.core.dictionary`); this module does it
 one ``sys_db_object`` row per step up ``super_class``, then the dictionary rows of the whole
 lineage, paged by ``sys_id``. It retries nothing but a dictionary page the instance found too
 expensive, asked again at half the size (as table pages are): any other retriable error
-reaches the caller, whose retry policy owns the table. A 403 on either schema table becomes a ``TableError`` naming the
-read access typed records need.
+reaches the caller, whose retry policy owns the table. A 403 on either schema table becomes a
+``TableError`` naming the read access typed records need.
 """
 
 from __future__ import annotations

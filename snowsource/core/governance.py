@@ -38,6 +38,7 @@ SENSITIVE_TYPES: Final = frozenset({"password", "password2", "glide_encrypted"})
 MASK: Final = "****"
 # The internal type a hashed or masked column has for typed values and schemas: its text.
 GOVERNED_TYPE: Final = "string"
+_MEMO_ENTRIES: Final = 4096
 
 
 class Action(StrEnum):
@@ -52,6 +53,31 @@ class Action(StrEnum):
 def hmac_hex(key: bytes, text: str) -> str:
     """Lower-case hex HMAC-SHA256 of ``text``'s UTF-8 bytes under ``key``."""
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+class Hasher:
+    """:func:`hmac_hex` under one key, for a hashed column of every row: keyed once (copying
+    the keyed state costs a third of building it again), and the last few thousand texts
+    remembered (references and emails repeat across rows; the memory holds values this
+    process reads anyway, and is dropped whole when full)."""
+
+    __slots__ = ("_keyed", "_memo")
+
+    def __init__(self, key: bytes) -> None:
+        self._keyed = hmac.new(key, digestmod=hashlib.sha256)
+        self._memo: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        known = self._memo.get(text)
+        if known is not None:
+            return known
+        mac = self._keyed.copy()
+        mac.update(text.encode())
+        digest = mac.hexdigest()
+        if len(self._memo) >= _MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[text] = digest
+        return digest
 
 
 @dataclass(frozen=True)
@@ -139,6 +165,10 @@ class ColumnRules:
     governance: Governance
     types: Mapping[str, str] | None = None
     _decided: dict[str, Action] = field(default_factory=dict, repr=False)
+    _hash: Hasher = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._hash = Hasher(self.governance.hash_key)
 
     def learn(self, types: Mapping[str, str] | None) -> None:
         """The dictionary's columns (again): every decision is taken anew."""
@@ -178,7 +208,7 @@ class ColumnRules:
         changes = self.governed(sorted(names))
         if not changes:
             return 0
-        key = self.governance.hash_key
+        hash_text = self._hash
         done = 0
         for row in rows:
             for name, action in changes:
@@ -192,7 +222,7 @@ class ColumnRules:
                 if not text:
                     row[name] = ""
                 elif action is Action.HASH:
-                    row[name] = hmac_hex(key, text)
+                    row[name] = hash_text(text)
                 else:
                     row[name] = MASK
         return done

@@ -16,6 +16,7 @@ from snowsource.core.governance import (
     Action,
     ColumnRules,
     Governance,
+    Hasher,
     config_problems,
     governed_columns,
     governed_projection,
@@ -243,3 +244,10 @@ def test_journal_entries_follow_the_table_governance() -> None:
     masked = [{"sys_id": "5", "element": "comments", "value": "hi"}]
     assert govern_entries(masked, gov(mask=("comments",))) == frozenset()
     assert masked[0]["value"] == MASK
+
+
+def test_the_hasher_equals_hmac_hex_and_forgets_when_full() -> None:
+    hasher = Hasher(KEY)
+    texts = [f"value-{i}" for i in range(5000)]
+    assert [hasher(t) for t in texts] == [hmac_hex(KEY, t) for t in texts]
+    assert hasher("value-1") == hmac_hex(KEY, "value-1")  # remembered or not, the same
