@@ -94,7 +94,7 @@ class Governance:
     mask: tuple[str, ...] = ()
     sensitive_exclude: bool = True
     protected: frozenset[str] = frozenset()
-    hash_key: bytes = field(default=b"", repr=False, compare=False)
+    hash_key: bytes = field(default=b"", repr=False)
 
     @property
     def lists(self) -> bool:
@@ -166,14 +166,24 @@ class ColumnRules:
     types: Mapping[str, str] | None = None
     _decided: dict[str, Action] = field(default_factory=dict, repr=False)
     _hash: Hasher = field(init=False, repr=False)
+    _idle: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._hash = Hasher(self.governance.hash_key)
+        self.learn(self.types)
 
     def learn(self, types: Mapping[str, str] | None) -> None:
         """The dictionary's columns (again): every decision is taken anew."""
         self.types = dict(types) if types is not None else None
         self._decided.clear()
+        # Nothing to do for any row: no list names a column, and no column the dictionary
+        # knows is sensitive (a column it does not know cannot be found sensitive either).
+        g = self.governance
+        self._idle = not g.lists and not (
+            g.sensitive_exclude
+            and self.types is not None
+            and not SENSITIVE_TYPES.isdisjoint(self.types.values())
+        )
 
     def decide(self, column: str) -> Action:
         """The action for one column (remembered)."""
@@ -199,6 +209,8 @@ class ColumnRules:
         A governed value becomes a plain string whatever its shape was (a display value or
         reference link of a column must not leave either); an empty one stays ``""``.
         """
+        if self._idle:
+            return 0
         rows = list(rows)
         if not rows:
             return 0

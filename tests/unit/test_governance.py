@@ -251,3 +251,14 @@ def test_the_hasher_equals_hmac_hex_and_forgets_when_full() -> None:
     texts = [f"value-{i}" for i in range(5000)]
     assert [hasher(t) for t in texts] == [hmac_hex(KEY, t) for t in texts]
     assert hasher("value-1") == hmac_hex(KEY, "value-1")  # remembered or not, the same
+
+
+def test_rules_without_anything_to_govern_leave_rows_alone() -> None:
+    rows = [{"name": "x", "u_pin": "1234"}]
+    assert ColumnRules(gov(), {"name": "string"}).apply(rows) == 0
+    assert ColumnRules(gov(), None).apply(rows) == 0
+    assert rows == [{"name": "x", "u_pin": "1234"}]
+    rules = ColumnRules(gov(), {"name": "string"})
+    rules.learn({"name": "string", "u_pin": "glide_encrypted"})  # a column added meanwhile
+    assert rules.apply(rows) == 1
+    assert rows == [{"name": "x"}]
