@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from snowsource.cli.check import CheckResult, Status, exit_code, run_checks
 from snowsource.cli.main import main
+from snowsource.config.loader import load_config
 from snowsource.core.governance import MASK, hmac_hex
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, read_topic, running, write_config
@@ -259,3 +261,27 @@ async def test_the_journal_stream_follows_its_table_governance(env: Env) -> None
         assert record.json["value"] == hmac_hex(KEY.encode(), comments[record.key.decode()])
     logged = repr(logs)
     assert not any(value in logged for _, value in written.values())
+
+
+async def _check_lines(env: Env, tables: dict[str, dict[str, Any]]) -> dict[str, CheckResult]:
+    path = write_config(env.tmp_path / "check.yaml", env.document(tables))
+    return {result.name: result for result in await run_checks(load_config(path, env={}))}
+
+
+async def test_check_names_the_sensitive_columns_or_warns_they_are_not_verified(
+    env: Env,
+) -> None:
+    env.emu.seed(tables=("sys_user",), rows=3)
+    line = "table users sensitive columns (sensitive.fields: exclude)"
+    found = await _check_lines(env, {"users": {"name": "sys_user"}})
+    assert found[line].status is Status.PASS
+    assert found[line].detail.endswith("excluded: u_recovery_code, user_password")
+    include = await _check_lines(
+        env, {"users": {"name": "sys_user", "sensitive.fields": "include"}}
+    )
+    assert line not in include
+    env.emu.deny_table("admin", "sys_dictionary")
+    refused = await _check_lines(env, {"users": {"name": "sys_user"}})
+    assert refused[line].status is Status.WARN
+    assert "not verified" in refused[line].detail
+    assert exit_code(refused.values()) == 0
