@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -107,7 +107,7 @@ class StreamHooks:
     async def start(self) -> None:
         """Called when a generation starts, before its first sweep."""
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         """Called for every non-empty page before its rows are shaped; the ids of rows not to
         emit (their cursor still moves past them)."""
         del rows
@@ -186,10 +186,9 @@ class TableHooks(StreamHooks):
     async def start(self) -> None:
         await self.columns.start()
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Governed in place before the page's values are used for anything (SPEC §15.2).
-        # The rows are the page's own dicts, changed in place.
-        await self.columns.govern(rows)  # type: ignore[arg-type]
+        await self.columns.govern(rows)
         return frozenset()
 
     def cap(self, hi: str) -> str | None:
@@ -264,7 +263,7 @@ class DeleteHooks(StreamHooks):
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         """The audit rows whose deleted row exists again (``core.deletes.superseded``)."""
         stones = [tombstone(row, self._base.name) for row in rows]
         keys = sorted({stone.key for stone in stones})
@@ -328,7 +327,7 @@ class JournalHooks(StreamHooks):
         self._parents: dict[str, Headers] = {}
         self.record_headers = self._journal_headers
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Shaped values are bytes; the page's rows are where element_id and element are read.
         self._parents = {
             raw(row, "sys_id"): [
@@ -341,7 +340,7 @@ class JournalHooks(StreamHooks):
         base = self.spec.base
         if base is None:
             return frozenset()
-        return govern_entries(rows, base.governance)  # type: ignore[arg-type]
+        return govern_entries(rows, base.governance)
 
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])
