@@ -99,7 +99,7 @@ def _payload(value: Any) -> dict[str, Any]:
 
 
 async def test_excluded_sensitive_hashed_and_masked_in_string_and_typed(env: Env) -> None:
-    env.emu.seed(tables=("sys_user",), rows=30)
+    env.emu.seed(tables=("sys_user",), rows=250)  # pages through the slices
     special = env.emu.insert("sys_user", {**SPECIAL, "active": "true"})
     stored = {row["sys_id"]: row for row in env.emu.rows("sys_user")}
     assert {stored[special["sys_id"]][name] for name in SENSITIVE} == {
