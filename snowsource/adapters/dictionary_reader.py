@@ -2,9 +2,10 @@
 
 The walk itself is pure (:mod:`snowsource.core.dictionary`); this module does its requests:
 one ``sys_db_object`` row per step up ``super_class``, then the dictionary rows of the whole
-lineage, paged by ``sys_id``. It retries nothing: a retriable error reaches the caller, whose
-retry policy owns the table. A 403 on either schema table becomes a ``TableError`` naming the
-read access typed records need.
+lineage, paged by ``sys_id``. It retries nothing but a dictionary page the instance found too
+expensive, asked again at half the size (as table pages are): any other retriable error
+reaches the caller, whose retry policy owns the table. A 403 on either schema table becomes a
+``TableError`` naming the read access typed records need.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from snowsource.core.dictionary import (
     parent_query,
     raw,
 )
-from snowsource.core.errors import TableError
+from snowsource.core.errors import ExecutionTimeExceededError, TableError
 from snowsource.core.grants import Priority
 from snowsource.core.tableapi import Page, schema_params
 
 # Real hierarchies are a few levels deep (cmdb_ci_linux_server has five ancestors); a deeper
 # chain is a super_class loop the pure walk then names.
 _MAX_DEPTH: Final = 32
+_MIN_PAGE_SIZE: Final = 1
 
 
 class PageGetter(Protocol):
@@ -92,14 +94,22 @@ async def read_columns(
     while True:
         # Keyset by sys_id: the dictionary rows of a lineage have no other unique order.
         keyset = f"{base}^sys_id>{after}" if after else base
-        page = await _rows(
-            client,
-            "sys_dictionary",
-            f"{keyset}^ORDERBYsys_id",
-            ("sys_id", *DICTIONARY_FIELDS),
-            page_size,
-            label=label,
-        )
+        try:
+            page = await _rows(
+                client,
+                "sys_dictionary",
+                f"{keyset}^ORDERBYsys_id",
+                ("sys_id", *DICTIONARY_FIELDS),
+                page_size,
+                label=label,
+            )
+        except ExecutionTimeExceededError:
+            # Too expensive for the instance: the same page at half the size, as table pages
+            # do (retrying it unchanged would fail the same way, forever).
+            if page_size <= _MIN_PAGE_SIZE:
+                raise
+            page_size = max(page_size // 2, _MIN_PAGE_SIZE)
+            continue
         rows.extend(page)
         if len(page) < page_size:
             return columns(chain, rows)

@@ -14,6 +14,11 @@ from typing import Final
 
 from snowsource.adapters.dictionary_reader import child_classes, read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
+from snowsource.cli.check_governance import (
+    sensitive_check,
+    sensitive_name,
+    wants_sensitive_check,
+)
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import ValueFormat
 from snowsource.config.models import TableConfig
@@ -54,13 +59,16 @@ def skipped_access(alias: str, table: TableConfig, why: str) -> list[CheckResult
         out.append(CheckResult(_deletes_name(alias), Status.SKIP, why))
     if _wants_typed(table):
         out.append(CheckResult(_dictionary_name(alias), Status.SKIP, why))
+    if wants_sensitive_check(table):
+        out.append(CheckResult(sensitive_name(alias), Status.SKIP, why))
     return out
 
 
 async def access_checks(
     client: ServiceNowClient, alias: str, table: TableConfig, streams: Sequence[TableSpec]
 ) -> list[CheckResult]:
-    """One line per extra stream the table has: its audit rows, its dictionary.
+    """One line per extra stream the table has: its audit rows, its dictionary (for typed
+    values, or for its sensitive columns).
 
     ``streams`` are the table's stream specs as the daemon resolves them (``stream_specs``),
     so the audit probe asks exactly what the delete stream will ask.
@@ -71,6 +79,8 @@ async def access_checks(
         out.append(await _deletes(client, alias, table, deletes))
     if _wants_typed(table):
         out.append(await _dictionary(client, alias, table))
+    if wants_sensitive_check(table):
+        out.append(await sensitive_check(client, alias, table))
     return out
 
 

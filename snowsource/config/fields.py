@@ -29,6 +29,10 @@ INHERITED_BY_TABLES: Final = (
     "value.schema",
     "backfill.slices",
     "backfill.max.ahead.rows",
+    "fields.exclude",
+    "fields.hash",
+    "fields.mask",
+    "sensitive.fields",
 )
 
 FILE_SUFFIX: Final = ".file"
@@ -37,6 +41,8 @@ PROBLEMS_ERROR: Final = "snowsource_config_problems"
 
 _ALIAS_RE = re.compile(r"^[a-z0-9_]+$")
 _FIELD_RE = re.compile(r"^[A-Za-z0-9_.]+$")
+# A column glob of fields.exclude: a field name with fnmatch's wildcards (* ? [seq] [!seq]).
+_FIELD_GLOB_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+$")
 _CURSOR_FIELD_RE = re.compile(r"^[A-Za-z0-9_]+$")
 # The shape alone, to tell a typo from an impossible date; core.cursor holds the rule.
 _TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$")
@@ -180,6 +186,13 @@ def deletes_modes(value: Any) -> Any:
     return modes.pop()
 
 
+class SensitiveFields(StrEnum):
+    """``sensitive.fields``: leave out password and encrypted columns, or send them."""
+
+    EXCLUDE = "exclude"
+    INCLUDE = "include"
+
+
 DisplayValue = Literal["false", "true", "all"]
 """``display.value`` as the Table API spells it (YAML booleans are accepted and mapped)."""
 
@@ -295,6 +308,15 @@ def _check_field_name(value: str) -> str:
     return value
 
 
+def _check_field_glob(value: str) -> str:
+    if not _FIELD_GLOB_RE.match(value):
+        raise ValueError(
+            "a column glob may only contain A-Z a-z 0-9 _ . and the wildcards * ? [...] "
+            "(e.g. u_ssn, *_pin, caller_id.*)"
+        )
+    return value
+
+
 def _check_cursor_field(value: str) -> str:
     if not _CURSOR_FIELD_RE.match(value):
         raise ValueError("may only contain A-Z a-z 0-9 _ (e.g. sys_updated_on, inc_sys_id)")
@@ -395,6 +417,8 @@ TopicPrefix = Annotated[str, AfterValidator(_check_topic_prefix)]
 TableAlias = Annotated[str, AfterValidator(_check_alias)]
 CursorField = Annotated[str, AfterValidator(_check_cursor_field)]
 FieldName = Annotated[str, AfterValidator(_check_field_name)]
+FieldGlob = Annotated[str, AfterValidator(_check_field_glob)]
+SensitiveFieldsKey = Annotated[SensitiveFields, case_insensitive(SensitiveFields)]
 OptionalStr = Annotated[str | None, BeforeValidator(empty_to_none)]
 OptionalPath = OptionalStr
 OptionalUrl = Annotated[OptionalStr, AfterValidator(_check_optional_url)]

@@ -40,6 +40,7 @@ from snowsource.config.fields import (
     CursorField,
     Deletes,
     DisplayValue,
+    FieldGlob,
     FieldName,
     InstanceUrl,
     LogFormat,
@@ -59,6 +60,8 @@ from snowsource.config.fields import (
     SaslMechanism,
     Secret,
     SecurityProtocol,
+    SensitiveFields,
+    SensitiveFieldsKey,
     StartTimestamp,
     TableAlias,
     TasksAssignment,
@@ -78,6 +81,7 @@ from snowsource.config.fields import (
     required,
     stringify_configs,
 )
+from snowsource.config.governance import governance_problems, hash_key_problem
 from snowsource.config.sources import active_sources
 from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
@@ -179,6 +183,14 @@ class AuthConfig(Section):
         return self
 
 
+def _none_to_list(value: Any) -> Any:
+    return [] if value is None else value
+
+
+NameList = Annotated[list[FieldName], BeforeValidator(_none_to_list)]
+GlobList = Annotated[list[FieldGlob], BeforeValidator(_none_to_list)]
+
+
 class TableConfig(Section):
     """One entry of ``snow.tables`` with every per-table value resolved.
 
@@ -214,6 +226,11 @@ class TableConfig(Section):
     value_schema: ValueSchemaKey = ValueSchema.NONE
     backfill_slices: BackfillSlices = 4
     backfill_max_ahead_rows: PositiveInt = 50000
+    # Field governance (SPEC §15.2; rules in config/governance.py, decisions in core/governance).
+    fields_exclude: GlobList = Field(default_factory=list)
+    fields_hash: NameList = Field(default_factory=list)
+    fields_mask: NameList = Field(default_factory=list)
+    sensitive_fields: SensitiveFieldsKey = SensitiveFields.EXCLUDE
     # The key of this table under snow.tables: not a YAML key, filled in by SnowConfig.
     alias: str = Field("", exclude=True)
 
@@ -243,7 +260,7 @@ class TableConfig(Section):
     @model_validator(mode="after")
     def _table_is_consistent(self) -> TableConfig:
         # Derived streams, typed values and slices: the rules live in config/streams.py.
-        found = table_problems(self)
+        found = [*table_problems(self), *governance_problems(self)]
         if found:
             raise problems_error(found)
         return self
@@ -429,6 +446,13 @@ class LogConfig(Section):
     level: Annotated[LogLevel, case_insensitive(LogLevel, {"warn": "WARNING"})] = LogLevel.INFO
 
 
+class GovernanceConfig(Section):
+    """``governance``: what field governance shares between tables (SPEC §15.2)."""
+
+    # HMAC-SHA256 key of every fields.hash; required when a table hashes a column.
+    hash_key: Secret | None = None
+
+
 _DEFAULT_TOPIC_PREFIX: Final = "servicenow."
 
 
@@ -469,6 +493,11 @@ class Settings(BaseSettings):
     value_schema: ValueSchemaKey = ValueSchema.NONE
     backfill_slices: BackfillSlices = 4
     backfill_max_ahead_rows: PositiveInt = 50000
+    fields_exclude: GlobList = Field(default_factory=list)
+    fields_hash: NameList = Field(default_factory=list)
+    fields_mask: NameList = Field(default_factory=list)
+    sensitive_fields: SensitiveFieldsKey = SensitiveFields.EXCLUDE
+    governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
     dedup_max_entries: PositiveInt = 200000
     shutdown_timeout_seconds: PositiveFloat = 30.0
     health_unready_after_seconds: PositiveFloat = 300.0
@@ -563,6 +592,15 @@ class Settings(BaseSettings):
             raise problems_error(clashes)
         return self
 
+    @model_validator(mode="after")
+    def _hash_key_when_hashing(self) -> Settings:
+        if self.governance.hash_key is not None:
+            return self
+        problem = hash_key_problem([a for a, t in self.snow.tables.items() if t.fields_hash])
+        if problem is not None:
+            raise problems_error([(f"governance.{problem[0]}", problem[1])])
+        return self
+
     @property
     def tables(self) -> dict[str, TableConfig]:
         """``snow.tables``: alias -> table, in file order (tables only in the environment last)."""
@@ -582,6 +620,10 @@ def _root_adapters() -> dict[str, TypeAdapter[Any]]:
         "backfill.slices": TypeAdapter(BackfillSlices),
         "backfill.max.ahead.rows": TypeAdapter(PositiveInt),
         "topic.prefix": TypeAdapter(TopicPrefix),
+        "fields.exclude": TypeAdapter(GlobList),
+        "fields.hash": TypeAdapter(NameList),
+        "fields.mask": TypeAdapter(NameList),
+        "sensitive.fields": TypeAdapter(SensitiveFieldsKey),
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from snowsource.core.connect_transforms import is_transform_key, map_transforms
 from snowsource.core.errors import ConnectorImportError
 from snowsource.core.secret_text import mask
 
@@ -38,7 +39,6 @@ _FRAMEWORK_KEYS: Final = {
     "header.converter": "snowsource writes UTF-8 string headers",
 }
 _FRAMEWORK_PREFIXES: Final = {
-    "transforms": "single message transforms are not supported",
     "predicates": "single message transforms are not supported",
     "errors.": "snowsource FAILs a table with a diagnostic instead of an error policy",
     "producer.override.": "set producer options under kafka: in the YAML",
@@ -410,10 +410,12 @@ def import_connector(data: Any, *, include_secrets: bool = False) -> Imported:
     config = unwrap(data)
     dialect = detect(config)
     builder = _Builder(dialect, include_secrets=include_secrets)
+    plain = {k: v for k, v in config.items() if not is_transform_key(k)}
     if dialect == "java":
-        _java(config, builder)
+        _java(plain, builder)
     else:
-        _confluent(config, builder)
+        _confluent(plain, builder)
+    _transforms(config, builder)
     document = builder.result.document
     if "snow" in document:
         # Key order of the YAML: the instance before its tables, as in the documentation.
@@ -425,6 +427,32 @@ def import_connector(data: Any, *, include_secrets: bool = False) -> Imported:
     first: dict[str, Any] = {k: document[k] for k in ("name", "tasks.max", "snow") if k in document}
     builder.result.document = {**first, **document}
     return builder.result
+
+
+def _transforms(config: Mapping[str, Any], builder: _Builder) -> None:
+    """ReplaceField and MaskField as governance keys: top-level lists, or each table's
+    ``fields`` for an include list (SPEC §15.2)."""
+    tables: dict[str, dict[str, Any]] = builder.result.document.get("snow", {}).get("tables", {})
+    cursor = {str(t.get("timestamp.field", "sys_updated_on")) for t in tables.values()}
+    cursor |= {str(t.get("id.field", "sys_id")) for t in tables.values()}
+    mapped = map_transforms(dict(config), frozenset({*cursor, "sys_mod_count"}))
+    builder.result.unmapped += mapped.unmapped
+    builder.result.notes += mapped.notes
+    if mapped.exclude:
+        builder.put(["fields.exclude"], list(dict.fromkeys(mapped.exclude)))
+    if mapped.mask:
+        builder.put(["fields.mask"], list(dict.fromkeys(mapped.mask)))
+    if mapped.include is None:
+        return
+    for alias, table in tables.items():
+        own = table.get("fields")
+        if own:
+            table["fields"] = [name for name in own if name in mapped.include]
+            builder.result.notes.append(
+                f"table {alias!r}: its fields narrowed to those ReplaceField includes"
+            )
+        else:
+            table["fields"] = list(mapped.include)
 
 
 # --- rendering ----------------------------------------------------------------------------------

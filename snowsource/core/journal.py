@@ -10,8 +10,11 @@ sys_journal_field``), like the delete stream, and writes each row as it is to
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import MutableMapping, Sequence
+from typing import Any, Final
 
+from snowsource.core.dictionary import raw
+from snowsource.core.governance import MASK, Action, Governance, hmac_hex
 from snowsource.core.offsets_codec import SourcePartition, partition_for
 from snowsource.core.query import normalise_query
 from snowsource.core.table import TableSpec, derived_spec
@@ -71,3 +74,25 @@ def journal_stream_spec(table: TableSpec, *, snow_url: str, topic: str) -> Table
         timestamp_field=JOURNAL_TIMESTAMP_FIELD,
         id_field="sys_id",
     )
+
+
+def govern_entries(
+    rows: Sequence[MutableMapping[str, Any]], governance: Governance
+) -> frozenset[str]:
+    """Apply the table's governance to its journal entries, in place (SPEC §15.2): an entry of
+    an excluded journal field is not emitted (its sys_id is returned), one of a hashed or
+    masked field carries the hash or the mask as its ``value``."""
+    skip: set[str] = set()
+    for row in rows:
+        element = raw(row, "element")
+        action = governance.action(element)
+        if action is Action.EXCLUDE:
+            skip.add(raw(row, "sys_id"))
+            row.pop("value", None)  # never shaped, never logged
+            continue
+        text = raw(row, "value")
+        if action is Action.HASH and text:
+            row["value"] = hmac_hex(governance.hash_key, text)
+        elif action is Action.MASK and text:
+            row["value"] = MASK
+    return frozenset(skip)

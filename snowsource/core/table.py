@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from snowsource.core.governance import NO_GOVERNANCE, Governance
 from snowsource.core.offsets_codec import SourcePartition
 
 StreamKind = Literal["table", "deletes", "reconcile", "journal"]
@@ -47,6 +48,8 @@ class TableSpec:
     backfill_max_ahead_rows: int = 50000
     # Set on a derived stream only: the table whose deletes, keys or journal it reads.
     base: TableSpec | None = None
+    # Field governance (SPEC §15.2): which columns leave the process, and how.
+    governance: Governance = NO_GOVERNANCE
 
     @property
     def describe(self) -> str:
@@ -90,5 +93,7 @@ def derived_spec(
         stream=stream,
         backfill_slices=1,
         base=table,
+        # Its rows are not the table's columns (audit rows, sys_ids, journal entries).
+        governance=NO_GOVERNANCE,
         **changes,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snowsource.core.cursor import Position, page_query
+from snowsource.core.governance import governed_projection
 from snowsource.core.query import split_groups
 from snowsource.core.records import RAW_FIELDS_EXTRA
 from snowsource.core.table import TableSpec
@@ -36,10 +37,16 @@ class Page:
 
 
 def requested_fields(spec: TableSpec) -> str | None:
-    """``sysparm_fields``: the configured fields plus what the cursor and dedup need."""
+    """``sysparm_fields``: the configured fields plus what the cursor and dedup need, less the
+    columns ``fields.exclude`` matches (they never leave the instance)."""
     if not spec.fields:
         return None
-    wanted = [*spec.fields, spec.timestamp_field, spec.id_field, *RAW_FIELDS_EXTRA]
+    wanted = [
+        *governed_projection(spec.fields, spec.governance),
+        spec.timestamp_field,
+        spec.id_field,
+        *RAW_FIELDS_EXTRA,
+    ]
     return ",".join(dict.fromkeys(wanted))
 
 

@@ -132,6 +132,10 @@ def user_values(rng: random.Random, index: int) -> dict[str, str]:
         "time_format": "",
         "active": "true",
         "locked_out": "false",
+        # Secrets (password2, glide_encrypted in the dictionary) that sensitive.fields keeps
+        # out of Kafka. Derived, not drawn: a draw would change every row seeded after it.
+        "user_password": f"pw!{login}",
+        "u_recovery_code": f"rc-{index:06d}-{len(login)}",
     }
 
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import (
     ACCESS_HINT,
@@ -42,13 +41,14 @@ from snowsource.core.deletes import (
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.grants import Priority
-from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
+from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER, govern_entries
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
+from snowsource.engine.columns import TableColumns
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
 from snowsource.observability import metrics
@@ -109,7 +109,7 @@ class StreamHooks:
     async def start(self) -> None:
         """Called when a generation starts, before its first sweep."""
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         """Called for every non-empty page before its rows are shaped; the ids of rows not to
         emit (their cursor still moves past them)."""
         del rows
@@ -179,17 +179,9 @@ class TableHooks(StreamHooks):
         mark: SweepMark | None = None,
     ) -> None:
         super().__init__(spec, _shaper(spec))
-        self._client = client
-        self._retry = retry
-        self._stop = stop
         self._mark = mark
-        # Columns seen in rows and looked up already: a column the dictionary does not list
-        # (a dot-walked field, a column without a dictionary row) is asked about once.
-        self._looked_up: set[str] = set()
         self._deletes_hi: str | None = None
-        self._log = structlog.get_logger("snowsource.engine.streams").bind(
-            table=spec.alias, snow_table=spec.name
-        )
+        self.columns = TableColumns(spec, self._typed, client=client, retry=retry, stop=stop)
 
     @property
     def _typed(self) -> TypedShaper | None:
@@ -197,46 +189,12 @@ class TableHooks(StreamHooks):
         return shaper if isinstance(shaper, TypedShaper) and shaper.typed else None
 
     async def start(self) -> None:
-        if self._typed is not None:
-            self._looked_up.clear()
-            await self._read_columns(())
+        await self.columns.start()
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-        typed = self._typed
-        if typed is None:
-            return frozenset()
-        unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
-        if unknown:
-            self._log.info(
-                "unknown columns; reading the table's dictionary again", columns=sorted(unknown)
-            )
-            await self._read_columns(unknown)
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
+        # Governed in place before the page's values are used for anything (SPEC §15.2).
+        await self.columns.govern(rows)
         return frozenset()
-
-    async def _read_columns(self, seen: Iterable[str]) -> None:
-        typed = self._typed
-        assert typed is not None
-        async for attempt in retrying(
-            self._retry,
-            self._stop,
-            retry_if=lambda exc: isinstance(exc, RetriableError),
-            on_retry=self._retrying,
-        ):
-            with attempt:
-                found = await read_columns(self._client, self.spec.name, label=self.spec.alias)
-        typed.columns.clear()
-        typed.columns.update(found)
-        self._looked_up.update(seen)
-        self._log.info("table columns read", columns=len(found))
-
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
-        metrics.RETRIES.labels(table=self.spec.alias).inc()
-        self._log.warning(
-            "reading the table's dictionary failed; retrying",
-            error=str(attempt.error),
-            attempt=attempt.number + 1,
-            retry_in=round(delay, 2),
-        )
 
     def cap(self, hi: str) -> str | None:
         # Timestamps have whole seconds: with a safety lag under one second, a row deleted in
@@ -315,7 +273,7 @@ class DeleteHooks(StreamHooks):
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         """The audit rows whose deleted row exists again (``core.deletes.superseded``); each
         audit row is asked about once, not on every sweep that re-reads it (``Rechecks``)."""
         stones = [tombstone(row, self._base.name) for row in rows]
@@ -388,7 +346,7 @@ class JournalHooks(StreamHooks):
         self._parents: dict[str, Headers] = {}
         self.record_headers = self._journal_headers
 
-    async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Shaped values are bytes; the page's rows are where element_id and element are read.
         self._parents = {
             raw(row, "sys_id"): [
@@ -397,7 +355,11 @@ class JournalHooks(StreamHooks):
             ]
             for row in rows
         }
-        return frozenset()
+        # The table's governance holds for its comments and work notes too.
+        base = self.spec.base
+        if base is None:
+            return frozenset()
+        return govern_entries(rows, base.governance)
 
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])

@@ -129,6 +129,7 @@ class Daemon:
                 settings.snow.auth.api_key,
                 settings.kafka.sasl_password,
                 settings.rest.auth_token,
+                settings.governance.hash_key,
             )
         )
 

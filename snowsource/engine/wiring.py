@@ -21,6 +21,7 @@ from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_keys import TopicKeys
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
+from snowsource.config.governance import table_governance
 from snowsource.config.models import Backoff, Settings, TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
@@ -169,6 +170,7 @@ def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
         journal=table.journal,
         backfill_slices=table.backfill_slices,
         backfill_max_ahead_rows=table.backfill_max_ahead_rows,
+        governance=table_governance(table, secret_value(settings.governance.hash_key)),
     )
 
 

@@ -73,8 +73,10 @@ async def test_everything_passes_and_nothing_is_created(
         "ServiceNow credentials accepted",
         "table incident readable",
         "table incident cursor fields visible",
+        "table incident sensitive columns (sensitive.fields: exclude)",
         "table change_request readable",
         "table change_request cursor fields visible",
+        "table change_request sensitive columns (sensitive.fields: exclude)",
         "integration user's time zone",
         "ServiceNow sessions",
     ]
@@ -89,6 +91,8 @@ async def test_everything_passes_and_nothing_is_created(
     offsets = results[f"offsets topic {seeded.offsets_topic!r} compacted or creatable"]
     assert "does not exist yet" in offsets.detail
     assert "20 row(s) match" in results["table incident readable"].detail
+    sensitive = results["table incident sensitive columns (sensitive.fields: exclude)"]
+    assert sensitive.detail.endswith("; none found")
     # The emulator's default user lives in America/Los_Angeles: a warning, not a failure.
     zone = results["integration user's time zone"]
     assert zone.status is Status.WARN
@@ -223,7 +227,7 @@ async def test_command_exits_0_with_one_line_per_check(seeded: Env) -> None:
     code, out, _err = await _cli(config)
     assert code == 0, out
     lines = [line for line in out.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")]
-    assert len(lines) == 11
+    assert len(lines) == 13
     assert lines[0].startswith("PASS  config valid")
     assert lines[-2].startswith("WARN  integration user's time zone")
     assert lines[-1].startswith("PASS  ServiceNow sessions")

@@ -63,3 +63,22 @@ async def test_403_names_the_access_typed_records_need(
 async def test_unknown_table_fails_naming_it(client: ServiceNowClient) -> None:
     with pytest.raises(TableFailedError, match="'u_nothing' has no sys_db_object row"):
         await read_columns(client, "u_nothing")
+
+
+async def test_a_dictionary_page_too_expensive_is_asked_again_at_half_the_size(
+    emu: Emulator, client: ServiceNowClient
+) -> None:
+    expected = await read_columns(client, "incident")
+    emu.journal.clear()
+    # Five fields a row: a page of more than 6 rows is over the instance's quota.
+    emu.max_page_cost = 30
+    assert await read_columns(client, "incident") == expected
+    limits = [int(r.params["sysparm_limit"]) for r in emu.journal if r.table == "sys_dictionary"]
+    assert limits[:4] == [1000, 500, 250, 125]
+    assert limits[-1] <= 6
+
+
+async def test_the_sensitive_columns_of_sys_user(client: ServiceNowClient) -> None:
+    cols = await read_columns(client, "sys_user")
+    assert cols["user_password"] == "password2"
+    assert cols["u_recovery_code"] == "glide_encrypted"

@@ -208,6 +208,10 @@ def test_defaults_match_the_spec(load: Loader) -> None:
         "value.schema": "none",
         "backfill.slices": 4,
         "backfill.max.ahead.rows": 50000,
+        "fields.exclude": [],
+        "fields.hash": [],
+        "fields.mask": [],
+        "sensitive.fields": "exclude",
     }
     assert dumped["kafka"] == {
         "bootstrap.servers": "localhost:9092",

@@ -280,3 +280,54 @@ def test_every_omitted_secret_names_a_variable_that_sets_it(
     assert s.snow.auth.oauth_client_secret is not None
     assert s.snow.auth.oauth_client_secret.get_secret_value() == "from-env"
     assert s.snow.auth.oauth_token_url == document["snow.auth.oauth.token.url"]
+
+
+def test_replace_field_and_mask_field_become_governance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {
+        **JAVA["config"],
+        "transforms": "drop,keep,mask,route,maybe",
+        "transforms.drop.type": "org.apache.kafka.connect.transforms.ReplaceField$Value",
+        "transforms.drop.exclude": "u_ssn, caller_id.email,sys_mod_count",
+        "transforms.drop.blacklist": "u_pin",
+        "transforms.drop.renames": "number:ticket",
+        "transforms.keep.type": "org.apache.kafka.connect.transforms.ReplaceField$Value",
+        "transforms.keep.whitelist": "number,short_description,caller_id,sys_updated_on",
+        "transforms.mask.type": "org.apache.kafka.connect.transforms.MaskField$Value",
+        "transforms.mask.fields": "phone,email",
+        "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex": "(.*)",
+        "transforms.maybe.type": "org.apache.kafka.connect.transforms.MaskField$Value",
+        "transforms.maybe.fields": "description",
+        "transforms.maybe.predicate": "isIncident",
+        "transforms.orphan.type": "org.apache.kafka.connect.transforms.Flatten$Value",
+    }
+    code, out, err = _import(tmp_path, capsys, {"name": "x", "config": config})
+    assert (code, err) == (0, "")
+    comments = [line for line in out.splitlines() if line.startswith("#")]
+    for key in (
+        "transforms",
+        "transforms.drop.renames",
+        "transforms.route.type",
+        "transforms.route.regex",
+        "transforms.maybe.predicate",
+        "transforms.maybe.fields",
+        "transforms.orphan.type",
+    ):
+        assert any(f"#   {key} = " in line for line in comments), key
+    transforms_line = next(line for line in comments if line.startswith("#   transforms = "))
+    assert "route, maybe" in transforms_line
+    assert any("sys_mod_count left out" in line for line in comments)
+    s = _load(tmp_path, out, PASSWORD_ENV)
+    assert s.fields_exclude == ["u_ssn", "caller_id.email", "u_pin"]
+    assert s.fields_mask == ["phone", "email"]
+    assert s.tables["incident"].fields_mask == ["phone", "email"]
+    # Its own projection narrowed to the whitelist; the other table takes the whitelist.
+    assert s.tables["incident"].fields == ["number", "short_description"]
+    assert s.tables["change_request"].fields == [
+        "number",
+        "short_description",
+        "caller_id",
+        "sys_updated_on",
+    ]

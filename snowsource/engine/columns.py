@@ -1,0 +1,139 @@
+"""A table's columns as its stream needs them: dictionary types and field governance.
+
+The dictionary (``sys_db_object`` + ``sys_dictionary``, walking ``super_class``) is read when a
+generation starts if the table converts values by type (``value.format: typed``) or excludes
+sensitive columns (``sensitive.fields: exclude``, the default), and again when a page carries a
+column it did not list (asked once per column name). Then every page's rows are governed in
+place (``core.governance``) before anything else reads their values: dedup digests, records,
+typed conversion and log lines only ever see governed rows.
+
+A typed table cannot run without its dictionary (a refusal FAILs it, as before). A table that
+reads it only to find sensitive columns runs without it when it is refused (403, or no
+``sys_db_object`` row for the table): it WARNs once that sensitive columns are not verified and
+asks no more in this generation. Retriable errors are retried either way, like a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import structlog
+
+from snowsource.adapters.dictionary_reader import read_columns
+from snowsource.core.errors import RetriableError, TableError, TableFailedError
+from snowsource.core.governance import Action, ColumnRules, governed_columns
+from snowsource.core.records import TypedShaper
+from snowsource.core.retry import RetryPolicy
+from snowsource.core.table import TableSpec
+from snowsource.engine.ports import PageSource
+from snowsource.observability import metrics
+from snowsource.runtime.retrying import Attempt, retrying
+
+
+class TableColumns:
+    """The dictionary and governance of one table's generation (its :class:`TableHooks`)."""
+
+    def __init__(
+        self,
+        spec: TableSpec,
+        typed: TypedShaper | None,
+        *,
+        client: PageSource,
+        retry: RetryPolicy,
+        stop: asyncio.Event,
+    ) -> None:
+        self.spec = spec
+        self.rules = ColumnRules(spec.governance)
+        self._typed = typed
+        self._client = client
+        self._retry = retry
+        self._stop = stop
+        self._wanted = typed is not None or spec.governance.sensitive_exclude
+        self._dictionary: dict[str, str] = {}
+        # Columns seen in rows and looked up already: a column the dictionary does not list
+        # (a dot-walked field, a column without a dictionary row) is asked about once.
+        self._looked_up: set[str] = set()
+        self._unverified = False
+        self._log = structlog.get_logger("snowsource.engine.columns").bind(
+            table=spec.alias, snow_table=spec.name
+        )
+
+    async def start(self) -> None:
+        """Read the dictionary when the table needs it (a new generation reads it anew)."""
+        if self._wanted:
+            self._looked_up.clear()
+            await self._read(())
+
+    async def govern(self, rows: Sequence[MutableMapping[str, Any]]) -> None:
+        """Look up columns never seen before, then govern ``rows`` in place."""
+        if self._wanted and not self._unverified:
+            governance = self.spec.governance
+            unknown = {
+                name
+                for name in {name for row in rows for name in row}
+                - self._dictionary.keys()
+                - self._looked_up
+                # An excluded column is excluded whatever its type: no need to ask.
+                if not governance.excluded_by_name(name)
+            }
+            if unknown:
+                self._log.info(
+                    "unknown columns; reading the table's dictionary again",
+                    columns=sorted(unknown),
+                )
+                await self._read(unknown)
+        self.rules.apply(rows)
+
+    async def _read(self, seen: Iterable[str]) -> None:
+        try:
+            async for attempt in retrying(
+                self._retry,
+                self._stop,
+                retry_if=lambda exc: isinstance(exc, RetriableError),
+                on_retry=self._retrying,
+            ):
+                with attempt:
+                    found = await read_columns(self._client, self.spec.name, label=self.spec.alias)
+        except (TableError, TableFailedError) as exc:
+            if self._typed is not None:
+                raise
+            self._not_verified(exc)
+            return
+        self._learned(found)
+        self._looked_up.update(seen)
+
+    def _learned(self, found: Mapping[str, str]) -> None:
+        self._dictionary = dict(found)
+        self.rules.learn(found)
+        if self._typed is not None:
+            # Hashed and masked columns are strings, excluded ones never reach the shaper.
+            self._typed.columns.clear()
+            self._typed.columns.update(governed_columns(found, self.spec.governance))
+        sensitive = sorted(
+            name
+            for name, action in self.rules.governed(found)
+            if action is Action.EXCLUDE and not self.spec.governance.excluded_by_name(name)
+        )
+        self._log.info("table columns read", columns=len(found), sensitive_excluded=sensitive)
+
+    def _not_verified(self, error: BaseException) -> None:
+        self._unverified = True
+        self.rules.learn(None)
+        self._log.warning(
+            "the table's dictionary cannot be read: sensitive columns (password, password2, "
+            "glide_encrypted) are not verified and would be sent; grant the integration user "
+            "read access to sys_db_object and sys_dictionary, or exclude them by name with "
+            "fields.exclude",
+            error=str(error),
+        )
+
+    def _retrying(self, attempt: Attempt, delay: float) -> None:
+        metrics.RETRIES.labels(table=self.spec.alias).inc()
+        self._log.warning(
+            "reading the table's dictionary failed; retrying",
+            error=str(attempt.error),
+            attempt=attempt.number + 1,
+            retry_in=round(delay, 2),
+        )
