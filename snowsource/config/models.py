@@ -78,6 +78,7 @@ from snowsource.config.fields import (
     required,
     stringify_configs,
 )
+from snowsource.config.registry import SchemaRegistryConfig, registry_problems
 from snowsource.config.sources import active_sources
 from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
@@ -480,6 +481,7 @@ class Settings(BaseSettings):
     offset_storage_replication_factor: ReplicationFactor = -1
     rest: RestConfig = Field(default_factory=RestConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -556,6 +558,15 @@ class Settings(BaseSettings):
         ]
         if clashes:
             raise problems_error(clashes)
+        return self
+
+    @model_validator(mode="after")
+    def _registry_when_used(self) -> Settings:
+        found = registry_problems(
+            self.schema_registry, ((a, t.value_format) for a, t in self.snow.tables.items())
+        )
+        if found:
+            raise problems_error(found)
         return self
 
     @property

@@ -68,6 +68,10 @@ def _string(text: str) -> str:
     return text
 
 
+def _reference(text: str) -> str | None:
+    return text or None
+
+
 def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
     """The function converting a raw text to a ``kind`` field's value in ``value_format``
     (raises :class:`UnparsedValueError`; empty text of a non-string field -> None)."""
@@ -84,6 +88,8 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
         return _epoch_millis if avro else _by_internal_type("glide_date_time")
     if kind == "date":
         return _epoch_days if avro else _by_internal_type("glide_date")
+    if kind == "reference":
+        return _reference
     return _string
 
 
@@ -157,3 +163,11 @@ class SchemaWriter:
         out.write(self._prefix)
         fastavro.schemaless_writer(out, self._parsed, record)
         return out.getvalue(), failed
+
+
+class WriterSlot:
+    """The schema a table writes with now: set by the engine before a page's rows are shaped
+    (registration happens first), read by the shaper for every row."""
+
+    def __init__(self) -> None:
+        self.writer: SchemaWriter | None = None

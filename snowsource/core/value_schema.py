@@ -12,6 +12,7 @@ internal type                                     Avro type (always ``["null", T
 ``decimal``, ``float``, ``currency``, ``price``   ``double``
 ``glide_date_time``                               ``long`` / ``timestamp-millis`` (UTC)
 ``glide_date``                                    ``int`` / ``date``
+``reference``                                     ``string`` (empty: null)
 anything else, unknown columns, forced columns    ``string``
 ================================================  =========================================
 
@@ -36,7 +37,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-FieldType = Literal["int", "long", "boolean", "double", "timestamp", "date", "string"]
+FieldType = Literal["int", "long", "boolean", "double", "timestamp", "date", "string", "reference"]
 ValueFormat = Literal["avro", "json_schema"]
 
 NAMESPACE: Final = "servicenow"
@@ -52,6 +53,8 @@ _TYPE_OF: Final[dict[str, FieldType]] = {
     "price": "double",
     "glide_date_time": "timestamp",
     "glide_date": "date",
+    # A string, but an empty reference is null (SPEC §13.7), not an empty string.
+    "reference": "reference",
 }
 _AVRO_TYPE: Final[dict[FieldType, Any]] = {
     "int": "int",
@@ -61,6 +64,7 @@ _AVRO_TYPE: Final[dict[FieldType, Any]] = {
     "timestamp": {"type": "long", "logicalType": "timestamp-millis"},
     "date": {"type": "int", "logicalType": "date"},
     "string": "string",
+    "reference": "string",
 }
 _JSON_TYPE: Final[dict[FieldType, dict[str, Any]]] = {
     "int": {"type": ["null", "integer"]},
@@ -70,6 +74,7 @@ _JSON_TYPE: Final[dict[FieldType, dict[str, Any]]] = {
     "timestamp": {"type": ["null", "string"], "format": "date-time"},
     "date": {"type": ["null", "string"], "format": "date"},
     "string": {"type": ["null", "string"]},
+    "reference": {"type": ["null", "string"]},
 }
 _AVRO_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INVALID_CHAR: Final = re.compile(r"[^A-Za-z0-9_]")

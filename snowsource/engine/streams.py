@@ -43,18 +43,20 @@ from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
-from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
+from snowsource.core.records import RecordShaper, RegisteredShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
+from snowsource.engine.schemas import SchemaRegistrar, TableSchemas
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 UPSERT = (OPERATION_HEADER, b"upsert")
+REGISTERED_FORMATS = ("avro", "json_schema")
 # Ids per "which of these rows exist" request: a short URL however large the page.
 _IDS_PER_REQUEST = 100
 DELETE = (OPERATION_HEADER, b"delete")
@@ -144,13 +146,15 @@ class StreamHooks:
         return str(error)
 
 
-def _shaper(spec: TableSpec) -> RecordShaper:
+def _shaper(spec: TableSpec, schemas: TableSchemas | None = None) -> RecordShaper:
     common: dict[str, Any] = {
         "display_value": spec.display_value,
         "exclude_reference_link": spec.exclude_reference_link,
         "timestamp_field": spec.timestamp_field,
         "id_field": spec.id_field,
     }
+    if schemas is not None:
+        return RegisteredShaper(**common, slot=schemas.slot)
     if spec.value_format == "typed" or spec.value_schema == "connect":
         return TypedShaper(
             **common,
@@ -172,8 +176,10 @@ class TableHooks(StreamHooks):
         retry: RetryPolicy,
         stop: asyncio.Event,
         mark: SweepMark | None = None,
+        schemas: TableSchemas | None = None,
     ) -> None:
-        super().__init__(spec, _shaper(spec))
+        super().__init__(spec, _shaper(spec, schemas))
+        self._schemas = schemas
         self._client = client
         self._retry = retry
         self._stop = stop
@@ -192,20 +198,29 @@ class TableHooks(StreamHooks):
         return shaper if isinstance(shaper, TypedShaper) and shaper.typed else None
 
     async def start(self) -> None:
-        if self._typed is not None:
+        typed = self._typed
+        if typed is not None:
             self._looked_up.clear()
             await self._read_columns(())
+        if self._schemas is not None and typed is not None:
+            # Registered before the first record: a registry that is down holds the table here.
+            columns = self._schemas.initial_columns(typed.columns)
+            await self._schemas.ensure(columns, typed.columns)
 
     async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         typed = self._typed
         if typed is None:
             return frozenset()
-        unknown = {name for row in rows for name in row} - typed.columns.keys() - self._looked_up
+        seen = {name for row in rows for name in row}
+        unknown = seen - typed.columns.keys() - self._looked_up
         if unknown:
             self._log.info(
                 "unknown columns; reading the table's dictionary again", columns=sorted(unknown)
             )
             await self._read_columns(unknown)
+        if self._schemas is not None:
+            # A new column makes a new schema version, registered before the page is shaped.
+            await self._schemas.ensure(seen, typed.columns)
         return frozenset()
 
     async def _read_columns(self, seen: Iterable[str]) -> None:
@@ -401,10 +416,16 @@ class ReconcileHooks(StreamHooks):
 
 
 def stream_hooks(
-    specs: Iterable[TableSpec], *, client: PageSource, retry: RetryPolicy, stop: asyncio.Event
+    specs: Iterable[TableSpec],
+    *,
+    client: PageSource,
+    retry: RetryPolicy,
+    stop: asyncio.Event,
+    registrar: SchemaRegistrar | None = None,
 ) -> dict[str, StreamHooks]:
     """The hooks of one generation's streams by alias; a table and the derived streams that
-    wait for its sweeps (deletes, reconcile) share a mark."""
+    wait for its sweeps (deletes, reconcile) share a mark. ``registrar``: the Schema Registry
+    of tables whose values are registered (``avro``, ``json_schema``)."""
     specs = list(specs)
     marks = {
         spec.base.alias: SweepMark()
@@ -422,7 +443,16 @@ def stream_hooks(
         elif spec.stream == "journal":
             hooks[spec.alias] = JournalHooks(spec)
         else:
+            schemas = None
+            if spec.value_format in REGISTERED_FORMATS:
+                assert registrar is not None, "schema.registry is required for these formats"
+                schemas = TableSchemas(spec, registrar, stop=stop)
             hooks[spec.alias] = TableHooks(
-                spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)
+                spec,
+                client=client,
+                retry=retry,
+                stop=stop,
+                mark=marks.get(spec.alias),
+                schemas=schemas,
             )
     return hooks
