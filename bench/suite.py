@@ -4,7 +4,8 @@
 
 ``--case 8x20k@250ms-sessions`` runs only the real-instance concurrency case (bench/sessions.py);
 the full suite runs it after its other cases. ``--case 1x200k@250ms-slices`` runs the parallel
-backfill case (bench/slices.py), which the full suite leaves out (it takes minutes).
+backfill case (bench/slices.py), which the full suite leaves out (it takes minutes), and
+``--case 1x50k-avro`` the Schema Registry output case (bench/avro.py).
 
 For each case one emulator process is seeded; then, N times each, (a) the bare pager, (b) bare
 aiokafka produce (and the sink's batch path, b'), (c) the daemon. Each figure is printed as the
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos, sessions, slices
+from bench import avro, eos, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -208,6 +209,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
             for name in args.case:
                 print(eos.table(eos.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))))
+        return
+    if args.case and set(args.case) <= set(avro.CASES):  # Schema Registry output: bench/avro.py
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = avro.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(avro.table(result))
         return
     if args.case and set(args.case) <= set(slices.CASES):  # parallel backfill of one table
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:

@@ -14,27 +14,27 @@ under ``__unparsed`` too.
 
 from __future__ import annotations
 
-import io
+import re
 from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any, Final
 
-import fastavro
 import orjson
 
+from snowsource.core import avro_binary
 from snowsource.core.typed import UnparsedValueError, convert_text
 from snowsource.core.value_schema import (
     UNPARSED,
     FieldType,
     RecordSchema,
     ValueFormat,
-    avro_schema,
 )
 
 MAGIC: Final = b"\x00"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
+_DATE_TIME: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 
 Converter = Callable[[str], Any]
 
@@ -46,12 +46,32 @@ def _int(text: str) -> int | None:
     return value
 
 
-def _epoch_millis(text: str) -> int | None:
-    if convert_text(text, "glide_date_time") is None:  # validates the shape and the calendar
+def _epoch_seconds(text: str) -> int | None:
+    """``YYYY-MM-DD hh:mm:ss`` (UTC) as seconds since the epoch. A regular expression and
+    ``date()`` check shape and calendar: ``strptime`` costs ten times as much, and a table has
+    several date-time columns per row."""
+    if text == "":
         return None
-    days = date(int(text[0:4]), int(text[5:7]), int(text[8:10])).toordinal() - _EPOCH_ORDINAL
-    seconds = int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19])
-    return (days * 86400 + seconds) * 1000
+    match = _DATE_TIME.fullmatch(text)
+    if match is None:
+        raise UnparsedValueError
+    year, month, day, hour, minute, second = map(int, match.groups())
+    if hour > 23 or minute > 59 or second > 59:
+        raise UnparsedValueError
+    try:
+        days = date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        raise UnparsedValueError from None
+    return days * 86400 + hour * 3600 + minute * 60 + second
+
+
+def _epoch_millis(text: str) -> int | None:
+    seconds = _epoch_seconds(text)
+    return None if seconds is None else seconds * 1000
+
+
+def _iso_date_time(text: str) -> str | None:
+    return None if _epoch_seconds(text) is None else text.replace(" ", "T") + "Z"
 
 
 def _epoch_days(text: str) -> int | None:
@@ -85,7 +105,7 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
     if kind == "double":
         return _by_internal_type("decimal")
     if kind == "timestamp":
-        return _epoch_millis if avro else _by_internal_type("glide_date_time")
+        return _epoch_millis if avro else _iso_date_time
     if kind == "date":
         return _epoch_days if avro else _by_internal_type("glide_date")
     if kind == "reference":
@@ -120,15 +140,23 @@ class SchemaWriter:
         avro = value_format == "avro"
         # Avro records are keyed by field name, JSON documents by the column (as typed JSON is).
         self._fields = [
-            (
-                field.column,
-                field.name if avro else field.column,
-                converter(field.type, value_format),
-            )
-            for field in schema.fields
+            (f.column, f.name if avro else f.column, converter(f.type, value_format))
+            for f in schema.fields
         ]
+        # Avro: each field's converter (None: the text is the value) and wire encoder.
+        self._avro = (
+            [
+                (
+                    f.column,
+                    None if f.type == "string" else converter(f.type, value_format),
+                    avro_binary.put(f.type),
+                )
+                for f in schema.fields
+            ]
+            if avro
+            else None
+        )
         self._columns = schema.columns
-        self._parsed = fastavro.parse_schema(avro_schema(schema)) if avro else None
 
     def record(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         """``(record, columns that did not convert)`` for a shaped row."""
@@ -156,13 +184,41 @@ class SchemaWriter:
 
     def encode(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
         """``(framed value, columns that did not convert)`` for a shaped row."""
-        record, failed = self.record(row)
-        if self._parsed is None:
+        if self._avro is None:
+            record, failed = self.record(row)
             return b"".join((self._prefix, orjson.dumps(record))), failed
-        out = io.BytesIO()
-        out.write(self._prefix)
-        fastavro.schemaless_writer(out, self._parsed, record)
-        return out.getvalue(), failed
+        return self._encode_avro(row, self._avro)
+
+    def _encode_avro(
+        self, row: Mapping[str, Any], fields: list[tuple[str, Converter | None, avro_binary.Put]]
+    ) -> tuple[bytes, tuple[str, ...]]:
+        # The same values as ``record`` gives, written straight to Avro's binary encoding.
+        parts = [self._prefix]
+        append = parts.append
+        unparsed: dict[str, str] = {}
+        null = avro_binary.NULL
+        for column, convert, put in fields:
+            value = row.get(column)
+            if value is None:
+                append(null)
+                continue
+            text = value if type(value) is str else text_of(value)
+            if convert is None:
+                append(put(text))
+                continue
+            try:
+                converted = convert(text)
+            except UnparsedValueError:
+                unparsed[column] = text
+                converted = None
+            append(null if converted is None else put(converted))
+        failed = tuple(unparsed)
+        if not self._columns.issuperset(row):
+            for column in row.keys() - self._columns:
+                unparsed[column] = text_of(row[column])
+        if self.schema.unparsed:
+            append(avro_binary.string_map(unparsed))
+        return b"".join(parts), failed
 
 
 class WriterSlot:
