@@ -14,6 +14,7 @@ under ``__unparsed`` too.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from datetime import date
@@ -34,6 +35,8 @@ MAGIC: Final = b"\x00"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
+# Texts remembered per converted field kind (a few MB at most, whatever the tables).
+_CACHED_TEXTS: Final = 16384
 _DATE_TIME: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 
 Converter = Callable[[str], Any]
@@ -113,6 +116,25 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
     return _string
 
 
+@functools.cache
+def _direct(kind: FieldType) -> Callable[[str], bytes]:
+    """A ``kind`` field's raw text -> its Avro union bytes (null for an empty value of a
+    non-string field); raises :class:`UnparsedValueError`. Converted kinds remember recent
+    texts: integers, booleans, dates and most date-times repeat across a table's rows, and a
+    look-up costs a tenth of a conversion. One cache per kind, shared by every table."""
+    put = avro_binary.put(kind)
+    if kind == "string":
+        return put
+    convert = converter(kind, "avro")
+    null = avro_binary.NULL
+
+    def encode(text: str) -> bytes:
+        value = convert(text)
+        return null if value is None else put(value)
+
+    return functools.lru_cache(maxsize=_CACHED_TEXTS)(encode)
+
+
 def text_of(value: Any) -> str:
     """The text of a shaped field value: a raw string, a reference's ``{"link","value"}`` (its
     sys_id) or a ``display.value: true`` reference's ``{"display_value","link"}``."""
@@ -143,19 +165,8 @@ class SchemaWriter:
             (f.column, f.name if avro else f.column, converter(f.type, value_format))
             for f in schema.fields
         ]
-        # Avro: each field's converter (None: the text is the value) and wire encoder.
-        self._avro = (
-            [
-                (
-                    f.column,
-                    None if f.type == "string" else converter(f.type, value_format),
-                    avro_binary.put(f.type),
-                )
-                for f in schema.fields
-            ]
-            if avro
-            else None
-        )
+        # Avro: each field's text -> wire bytes, chosen once (``_direct``).
+        self._avro = [(f.column, _direct(f.type)) for f in schema.fields] if avro else None
         self._columns = schema.columns
 
     def record(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -190,28 +201,24 @@ class SchemaWriter:
         return self._encode_avro(row, self._avro)
 
     def _encode_avro(
-        self, row: Mapping[str, Any], fields: list[tuple[str, Converter | None, avro_binary.Put]]
+        self, row: Mapping[str, Any], fields: list[tuple[str, Callable[[str], bytes]]]
     ) -> tuple[bytes, tuple[str, ...]]:
         # The same values as ``record`` gives, written straight to Avro's binary encoding.
         parts = [self._prefix]
         append = parts.append
         unparsed: dict[str, str] = {}
         null = avro_binary.NULL
-        for column, convert, put in fields:
+        for column, direct in fields:
             value = row.get(column)
             if value is None:
                 append(null)
                 continue
             text = value if type(value) is str else text_of(value)
-            if convert is None:
-                append(put(text))
-                continue
             try:
-                converted = convert(text)
+                append(direct(text))
             except UnparsedValueError:
                 unparsed[column] = text
-                converted = None
-            append(null if converted is None else put(converted))
+                append(null)
         failed = tuple(unparsed)
         if not self._columns.issuperset(row):
             for column in row.keys() - self._columns:
