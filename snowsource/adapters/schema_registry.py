@@ -223,6 +223,11 @@ class RegistryClient:
             return True  # no version yet: anything is accepted
         return bool(answer.get("is_compatible"))
 
+    async def subjects(self) -> int:
+        """How many subjects the registry holds (a cheap authenticated request)."""
+        answer = await self._call("subjects", "GET", "/subjects", "listing its subjects")
+        return len(answer) if isinstance(answer, list) else 0
+
     async def versions(self, subject: str) -> list[int]:
         """The versions registered under ``subject`` ([] when none)."""
         try:

@@ -156,6 +156,15 @@ def derive(
     return RecordSchema(table=table, fields=tuple(sorted(fields)))
 
 
+def carried_columns(
+    fields: Iterable[str], cursor: Iterable[str], dictionary: Iterable[str]
+) -> set[str]:
+    """The columns a table's records carry: its ``fields`` projection when set, else every
+    column of the ``dictionary``; the ``cursor`` fields and ``sys_mod_count`` always."""
+    projection = set(fields)
+    return (projection or set(dictionary)) | set(cursor) | {"sys_mod_count"}
+
+
 def avro_schema(schema: RecordSchema) -> dict[str, Any]:
     """The Avro record schema (as JSON data) of ``schema``."""
     fields: list[dict[str, Any]] = []

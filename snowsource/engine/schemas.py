@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Iterable, Mapping
-from typing import Final
 
 import structlog
 
@@ -41,6 +40,7 @@ from snowsource.core.value_schema import (
     RecordSchema,
     UnsupportedSchemaError,
     ValueFormat,
+    carried_columns,
     derive,
     from_registered,
     schema_text,
@@ -51,9 +51,6 @@ from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, retrying
 
 log = structlog.get_logger("snowsource.engine.schemas")
-
-#: Columns every record carries whatever ``fields`` says (with the table's cursor fields).
-ALWAYS: Final = ("sys_mod_count",)
 
 
 class SchemaRegistrar:
@@ -206,8 +203,7 @@ class TableSchemas:
         """The columns the table's records carry: its ``fields`` projection, else every column
         of the dictionary; the cursor fields and ``sys_mod_count`` always."""
         spec = self.spec
-        base = set(spec.fields) if spec.fields else set(dictionary)
-        return base | {spec.timestamp_field, spec.id_field, *ALWAYS}
+        return carried_columns(spec.fields, (spec.timestamp_field, spec.id_field), dictionary)
 
     async def ensure(self, columns: Iterable[str], types: Mapping[str, str]) -> None:
         """Have a registered writer for records carrying ``columns`` (and every column seen

@@ -12,10 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from snowsource.cli.check import Status, run_checks
+from snowsource.config.loader import load_config
 from snowsource.core.table_status import TableState
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import caught_up, read_topic, running, status
+from tests.integration.engine import caught_up, read_topic, running, status, write_config
 from tests.integration.registry_helpers import Reader, add_column, expected_avro
 from tests.polling import poll_until
 from tests.registry_support import LocalRegistry
@@ -237,3 +239,43 @@ async def test_a_401_fails_the_table_with_the_registrys_message(
         assert "bad credentials for svc-snow" in (status(daemon, "widget").last_error or "")
         assert "401" in (status(daemon, "widget").last_error or "")
     assert await read_topic(env.bootstrap, env.topic("widget")) == []
+
+
+async def test_check_says_which_version_each_table_would_register(
+    env: Env, schema_registry: LocalRegistry, refusing_registry: str
+) -> None:
+    env.emu.create_table("u_widget", {"u_count": "integer"})
+    env.emu.create_table("u_gadget", {"u_count": "integer"})
+    subject = f"{env.topic('gadget')}-value"
+    theirs = {
+        "type": "record",
+        "name": "u_gadget",
+        "namespace": "servicenow",
+        "fields": [{"name": "u_count", "type": ["null", "string"], "default": None}],
+    }
+    _register(schema_registry.url, subject, theirs)
+    tables = {
+        "widget": {"name": "u_widget", "value.format": "avro"},
+        "gadget": {"name": "u_gadget", "value.format": "avro"},
+    }
+    path = write_config(
+        env.tmp_path / "check.yaml", env.document(tables, **_registry(schema_registry.url))
+    )
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    assert results["schema registry reachable"].status is Status.PASS
+    widget = results["widget schema"]
+    assert (widget.status, widget.detail) == (
+        Status.PASS,
+        f"would register as version 1 of {env.topic('widget')}-value",
+    )
+    assert results["gadget schema"].status is Status.WARN
+    assert "would refuse" in results["gadget schema"].detail
+    assert _versions(schema_registry.url, subject) == [1]  # check registers nothing
+
+    path = write_config(
+        env.tmp_path / "check401.yaml", env.document(tables, **_registry(refusing_registry))
+    )
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    reachable = results["schema registry reachable"]
+    assert reachable.status is Status.FAIL
+    assert "bad credentials for svc-snow" in reachable.detail
