@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status registry-up registry-down \
-	demo emulator bench clean \
+	demo demo-avro emulator bench clean \
 	image image-smoke
 
 all: lint test
@@ -61,6 +61,11 @@ emulator: install
 
 demo: install kafka-up
 	$(BIN)/python -m snowsource.demo
+
+# The demo with value.format: avro through the local Schema Registry (scripts/registry.sh).
+REGISTRY_PORT ?= 8081
+demo-avro: install kafka-up registry-up
+	DEMO_REGISTRY_URL=http://127.0.0.1:$(REGISTRY_PORT)/apis/ccompat/v7 $(BIN)/python -m snowsource.demo
 
 bench: install kafka-up
 	$(BIN)/python -m bench $(BENCH_ARGS)
