@@ -3,6 +3,7 @@ Schema Registry of ``scripts/registry.sh``, and confluent-kafka's own deserializ
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,8 +44,13 @@ def _registry(url: str, **extra: Any) -> dict[str, Any]:
 
 
 def _versions(url: str, subject: str) -> list[int]:
-    with urllib.request.urlopen(f"{url}/subjects/{subject}/versions", timeout=5) as resp:
-        return list(orjson.loads(resp.read()))
+    try:
+        with urllib.request.urlopen(f"{url}/subjects/{subject}/versions", timeout=5) as resp:
+            return list(orjson.loads(resp.read()))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return []
+        raise
 
 
 def _register(url: str, subject: str, schema: dict[str, Any]) -> None:
@@ -181,10 +187,10 @@ async def test_a_new_column_registers_version_two_once(
 
 
 async def test_a_refused_version_keeps_the_table_writing(
-    env: Env, schema_registry: LocalRegistry
+    env: Env, schema_registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env.emu.create_table("u_widget", {"u_count": "integer"})
-    for i in range(3):
+    for i in range(30):
         env.emu.insert("u_widget", {"u_count": str(i)})
     subject = f"{env.topic('widget')}-value"
     # u_count as a string: an int field cannot read it back, so BACKWARD refuses ours (409).
@@ -197,18 +203,21 @@ async def test_a_refused_version_keeps_the_table_writing(
     _register(schema_registry.url, subject, theirs)
     refused = _sample("snowsource_schemas_refused_total", table="widget")
     settings = env.settings(
-        {"widget": {"name": "u_widget", "value.format": "avro"}},
+        {"widget": {"name": "u_widget", "value.format": "avro", "batch.size": 5}},
         **_registry(schema_registry.url),
     )
     async with running(settings) as daemon:
         await poll_until(caught_up(daemon, "widget"))
         assert status(daemon, "widget").state is TableState.RUNNING
+    # Six pages, one refusal: the refused version is asked for and WARNed about once.
     assert _sample("snowsource_schemas_refused_total", table="widget") == refused + 1
+    assert capsys.readouterr().out.count("refused the table's new schema version") == 1
     assert _versions(schema_registry.url, subject) == [1]
     records = await read_topic(env.bootstrap, env.topic("widget"))
     with Reader(schema_registry.url, "avro") as reader:
         values = [reader.value(env.topic("widget"), r) for r in records]
-    assert sorted(v["u_count"] for v in values) == ["0", "1", "2"]  # their schema, every row
+    # Their schema (u_count a string, no __unparsed), every row.
+    assert sorted(v["u_count"] for v in values) == sorted(str(i) for i in range(30))
 
 
 @pytest.fixture
@@ -279,3 +288,36 @@ async def test_check_says_which_version_each_table_would_register(
     reachable = results["schema registry reachable"]
     assert reachable.status is Status.FAIL
     assert "bad credentials for svc-snow" in reachable.detail
+
+
+async def test_without_auto_register_the_schema_is_looked_up_or_the_table_fails(
+    env: Env, schema_registry: LocalRegistry
+) -> None:
+    env.emu.create_table("u_widget", {"u_count": "integer"})
+    env.emu.insert("u_widget", {"u_count": "1"})
+    tables = {"widget": {"name": "u_widget", "value.format": "avro"}}
+    subject = f"{env.topic('widget')}-value"
+    lookups = _sample(
+        "snowsource_schema_registry_requests_total", operation="lookup", outcome="not_found"
+    )
+    settings = env.settings(tables, **_registry(schema_registry.url, **{"auto.register": False}))
+    async with running(settings) as daemon:
+        await poll_until(lambda: status(daemon, "widget").state is TableState.FAILED)
+        error = status(daemon, "widget").last_error or ""
+        assert subject in error
+        assert "auto.register" in error
+    assert _versions(schema_registry.url, subject) == []  # nothing registered
+    assert (
+        _sample(
+            "snowsource_schema_registry_requests_total", operation="lookup", outcome="not_found"
+        )
+        == lookups + 1
+    )
+    # Registered by someone else (here: a daemon that may register), it is found and used.
+    async with running(env.settings(tables, **_registry(schema_registry.url))) as daemon:
+        await poll_until(caught_up(daemon, "widget"))
+    async with running(settings) as daemon:
+        env.emu.insert("u_widget", {"u_count": "2"})
+        await poll_until(caught_up(daemon, "widget"))
+        assert status(daemon, "widget").state is TableState.RUNNING
+    assert _versions(schema_registry.url, subject) == [1]
