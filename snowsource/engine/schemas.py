@@ -177,7 +177,8 @@ class TableSchemas:
     """One table's schema: grows with the columns its records carry; registered before use.
 
     ``as_string`` names columns forced to strings (hashed or masked fields); ``fixed``: the
-    columns of a stream whose schema never changes (the journal stream).
+    columns of a stream whose schema never changes (the journal stream); ``value_format``:
+    the table's, for a derived stream whose own spec says ``string``.
     """
 
     def __init__(
@@ -188,6 +189,7 @@ class TableSchemas:
         stop: asyncio.Event,
         as_string: Collection[str] = (),
         fixed: Collection[str] | None = None,
+        value_format: str | None = None,
     ) -> None:
         self.spec = spec
         self.slot = WriterSlot()
@@ -197,7 +199,8 @@ class TableSchemas:
         self._fixed = frozenset(fixed) if fixed is not None else None
         self._columns: set[str] = set(self._fixed or ())
         self._schema: RecordSchema | None = None
-        self._value_format: ValueFormat = "avro" if spec.value_format == "avro" else "json_schema"
+        wanted = value_format or spec.value_format
+        self._value_format: ValueFormat = "avro" if wanted == "avro" else "json_schema"
 
     def initial_columns(self, dictionary: Mapping[str, str]) -> set[str]:
         """The columns the table's records carry: its ``fields`` projection, else every column

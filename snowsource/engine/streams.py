@@ -15,7 +15,7 @@ rows become records, how far a sweep may read and how a failure is explained are
 - :class:`ReconcileHooks`: what a table's key sweep (``engine.reconcile``) needs of its table.
 
 The two streams of one table share a :class:`SweepMark`, the only thing they know of each
-other. :func:`stream_hooks` builds the hooks of a generation.
+other. ``engine.stream_hooks`` builds the hooks of a generation.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from snowsource.core.deletes import (
 )
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
-from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
+from snowsource.core.journal import ELEMENT_HEADER, JOURNAL_TYPES, PARENT_HEADER
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, RegisteredShaper, TombstoneShaper, TypedShaper
@@ -49,14 +49,13 @@ from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
-from snowsource.engine.schemas import SchemaRegistrar, TableSchemas
+from snowsource.engine.schemas import TableSchemas
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, retrying
 
 UPSERT = (OPERATION_HEADER, b"upsert")
-REGISTERED_FORMATS = ("avro", "json_schema")
 # Ids per "which of these rows exist" request: a short URL however large the page.
 _IDS_PER_REQUEST = 100
 DELETE = (OPERATION_HEADER, b"delete")
@@ -379,10 +378,16 @@ class JournalHooks(StreamHooks):
     """A table's journal stream: each ``sys_journal_field`` row as it is, on ``<topic>.journal``,
     with the record it belongs to and the field it was written in as headers."""
 
-    def __init__(self, spec: TableSpec) -> None:
-        super().__init__(spec, _shaper(spec))
+    def __init__(self, spec: TableSpec, schemas: TableSchemas | None = None) -> None:
+        super().__init__(spec, _shaper(spec, schemas))
+        self._schemas = schemas
         self._parents: dict[str, Headers] = {}
         self.record_headers = self._journal_headers
+
+    async def start(self) -> None:
+        if self._schemas is not None:
+            # A fixed schema (SPEC §15.1), registered under the journal topic's subject.
+            await self._schemas.ensure((), JOURNAL_TYPES)
 
     async def prepare(self, rows: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         # Shaped values are bytes; the page's rows are where element_id and element are read.
@@ -413,46 +418,3 @@ class ReconcileHooks(StreamHooks):
             ),
         )
         self.mark = mark
-
-
-def stream_hooks(
-    specs: Iterable[TableSpec],
-    *,
-    client: PageSource,
-    retry: RetryPolicy,
-    stop: asyncio.Event,
-    registrar: SchemaRegistrar | None = None,
-) -> dict[str, StreamHooks]:
-    """The hooks of one generation's streams by alias; a table and the derived streams that
-    wait for its sweeps (deletes, reconcile) share a mark. ``registrar``: the Schema Registry
-    of tables whose values are registered (``avro``, ``json_schema``)."""
-    specs = list(specs)
-    marks = {
-        spec.base.alias: SweepMark()
-        for spec in specs
-        if spec.base is not None and spec.stream in ("deletes", "reconcile")
-    }
-    hooks: dict[str, StreamHooks] = {}
-    for spec in specs:
-        if spec.base is not None and spec.stream == "deletes":
-            hooks[spec.alias] = DeleteHooks(
-                spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
-            )
-        elif spec.base is not None and spec.stream == "reconcile":
-            hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
-        elif spec.stream == "journal":
-            hooks[spec.alias] = JournalHooks(spec)
-        else:
-            schemas = None
-            if spec.value_format in REGISTERED_FORMATS:
-                assert registrar is not None, "schema.registry is required for these formats"
-                schemas = TableSchemas(spec, registrar, stop=stop)
-            hooks[spec.alias] = TableHooks(
-                spec,
-                client=client,
-                retry=retry,
-                stop=stop,
-                mark=marks.get(spec.alias),
-                schemas=schemas,
-            )
-    return hooks

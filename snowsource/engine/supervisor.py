@@ -46,7 +46,7 @@ from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
 from snowsource.engine.poller import Poller
 from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.schemas import SchemaRegistrar
-from snowsource.engine.streams import stream_hooks
+from snowsource.engine.stream_hooks import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import (

@@ -81,3 +81,29 @@ async def test_group_members_share_avro_tables(env: Env, schema_registry: LocalR
                 numbers.add(value["number"])
     expected = {r["number"] for r in env.emu.rows("incident") if r["number"][-1] in "1234"}
     assert numbers == expected
+
+
+async def test_the_journal_stream_has_its_own_fixed_schema(
+    env: Env, schema_registry: LocalRegistry
+) -> None:
+    env.emu.seed(tables=("incident",), rows=5)
+    parent = env.emu.rows("incident")[0]["sys_id"]
+    for i in range(4):
+        env.emu.add_journal_entry("incident", parent, f"note {i}", element="comments")
+    settings = env.settings(
+        {"incident": {"name": "incident", "journal": True, "value.format": "avro"}},
+        **{"schema.registry": {"url": schema_registry.url}},
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident", "incident.journal"))
+    topic = env.topic("incident") + ".journal"
+    records = await read_topic(env.bootstrap, topic)
+    assert len(records) == 4
+    with Reader(schema_registry.url, "avro") as reader:
+        values = [reader.value(topic, r) for r in records]
+        schema = reader.client.get_latest_version(f"{topic}-value").schema.schema_str
+    assert sorted(v["value"] for v in values) == [f"note {i}" for i in range(4)]
+    assert {v["element_id"] for v in values} == {parent}
+    assert all(v["sys_created_on"].tzinfo is not None for v in values)  # timestamp-millis
+    assert schema is not None
+    assert '"name":"sys_journal_field"' in schema.replace(" ", "")
