@@ -18,8 +18,8 @@ from typing import Any, Final
 
 NULL: Final = b"\x00"
 EMPTY_MAP: Final = b"\x00"
-# Branch 1 and a length under 64: two bytes, precomputed.
-_SHORT: Final = [bytes((2, n << 1)) for n in range(64)]
+# Branch 1 and a string length under 64: two bytes, precomputed.
+SHORT_STRING: Final = [bytes((2, n << 1)) for n in range(64)]
 _DOUBLE: Final = struct.Struct("<d").pack
 
 Put = Callable[[Any], bytes]
@@ -40,7 +40,7 @@ def _string(text: str) -> bytes:
     data = text.encode()
     size = len(data)
     if size < 64:
-        return _SHORT[size] + data
+        return SHORT_STRING[size] + data
     return b"\x02" + varint(size) + data
 
 
