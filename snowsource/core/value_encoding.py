@@ -35,8 +35,8 @@ MAGIC: Final = b"\x00"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
-# Texts remembered per converted field kind (a few MB at most, whatever the tables).
-_CACHED_TEXTS: Final = 16384
+# Texts remembered per cached field kind (about 2 MB at most each, whatever the tables).
+_CACHED_TEXTS: Final = 8192
 _DATE_TIME: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 
 Converter = Callable[[str], Any]
@@ -119,9 +119,10 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
 @functools.cache
 def _direct(kind: FieldType) -> Callable[[str], bytes]:
     """A ``kind`` field's raw text -> its Avro union bytes (null for an empty value of a
-    non-string field); raises :class:`UnparsedValueError`. Converted kinds remember recent
-    texts: integers, booleans, dates and most date-times repeat across a table's rows, and a
-    look-up costs a tenth of a conversion. One cache per kind, shared by every table."""
+    non-string field); raises :class:`UnparsedValueError`. Integers, booleans, numbers and
+    dates remember recent texts: their values repeat across a table's rows, and a look-up costs
+    a fraction of a conversion. Date-times are not remembered (nearly every one differs: a
+    cache would only hold memory). One cache per kind, shared by every table."""
     put = avro_binary.put(kind)
     if kind == "string":
         return put
@@ -132,6 +133,8 @@ def _direct(kind: FieldType) -> Callable[[str], bytes]:
         value = convert(text)
         return null if value is None else put(value)
 
+    if kind == "timestamp":
+        return encode
     return functools.lru_cache(maxsize=_CACHED_TEXTS)(encode)
 
 
