@@ -37,7 +37,11 @@ _INT32_MAX: Final = 2**31 - 1
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
 # Texts remembered per cached field kind (about 2 MB at most each, whatever the tables).
 _CACHED_TEXTS: Final = 8192
-_DATE_TIME: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
+_DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_CLOCK: Final = re.compile(r" [0-9]{2}:[0-9]{2}:[0-9]{2}")
+# Date-times are remembered only briefly: nearly all differ, but a row's sys_created_on,
+# sys_updated_on and opened_at are often the same instant.
+_RECENT_DATE_TIMES: Final = 64
 
 Converter = Callable[[str], Any]
 
@@ -49,23 +53,31 @@ def _int(text: str) -> int | None:
     return value
 
 
-def _epoch_seconds(text: str) -> int | None:
-    """``YYYY-MM-DD hh:mm:ss`` (UTC) as seconds since the epoch. A regular expression and
-    ``date()`` check shape and calendar: ``strptime`` costs ten times as much, and a table has
-    several date-time columns per row."""
-    if text == "":
-        return None
-    match = _DATE_TIME.fullmatch(text)
-    if match is None:
-        raise UnparsedValueError
-    year, month, day, hour, minute, second = map(int, match.groups())
-    if hour > 23 or minute > 59 or second > 59:
+@functools.lru_cache(maxsize=4096)
+def _day_seconds(day: str) -> int:
+    """``YYYY-MM-DD`` as seconds since the epoch at its midnight (UTC); raises
+    :class:`UnparsedValueError`. Remembered: a table's date-times share few days."""
+    if _DATE.fullmatch(day) is None:
         raise UnparsedValueError
     try:
-        days = date(year, month, day).toordinal() - _EPOCH_ORDINAL
+        days = date(int(day[0:4]), int(day[5:7]), int(day[8:10])).toordinal() - _EPOCH_ORDINAL
     except ValueError:
         raise UnparsedValueError from None
-    return days * 86400 + hour * 3600 + minute * 60 + second
+    return days * 86400
+
+
+def _epoch_seconds(text: str) -> int | None:
+    """``YYYY-MM-DD hh:mm:ss`` (UTC) as seconds since the epoch. The day is checked (calendar
+    included) and remembered by :func:`_day_seconds`, the time of day here: ``strptime`` costs
+    ten times as much, and a table has several date-time columns per row."""
+    if text == "":
+        return None
+    if _CLOCK.fullmatch(text, 10) is None:
+        raise UnparsedValueError
+    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+    if hour > 23 or minute > 59 or second > 59:
+        raise UnparsedValueError
+    return _day_seconds(text[:10]) + hour * 3600 + minute * 60 + second
 
 
 def _epoch_millis(text: str) -> int | None:
@@ -121,8 +133,8 @@ def _direct(kind: FieldType) -> Callable[[str], bytes]:
     """A ``kind`` field's raw text -> its Avro union bytes (null for an empty value of a
     non-string field); raises :class:`UnparsedValueError`. Integers, booleans, numbers and
     dates remember recent texts: their values repeat across a table's rows, and a look-up costs
-    a fraction of a conversion. Date-times are not remembered (nearly every one differs: a
-    cache would only hold memory). One cache per kind, shared by every table."""
+    a fraction of a conversion; date-times only the last few. One cache per kind, shared by
+    every table."""
     put = avro_binary.put(kind)
     if kind == "string":
         return put
@@ -133,9 +145,8 @@ def _direct(kind: FieldType) -> Callable[[str], bytes]:
         value = convert(text)
         return null if value is None else put(value)
 
-    if kind == "timestamp":
-        return encode
-    return functools.lru_cache(maxsize=_CACHED_TEXTS)(encode)
+    size = _RECENT_DATE_TIMES if kind == "timestamp" else _CACHED_TEXTS
+    return functools.lru_cache(maxsize=size)(encode)
 
 
 def text_of(value: Any) -> str:

@@ -400,6 +400,15 @@ class JournalHooks(StreamHooks):
         }
         return frozenset()
 
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        shaper = self.shaper
+        if isinstance(shaper, RegisteredShaper):
+            # Taken, so the shaper's per-row entries never pile up; counted like the table's.
+            unparsed = shaper.take_unparsed(emit.id)
+            if unparsed:
+                metrics.VALUES_UNPARSED.labels(table=self.spec.alias).inc(len(unparsed))
+        return emit.key, emit.value
+
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])
 

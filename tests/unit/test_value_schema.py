@@ -275,3 +275,31 @@ def test_any_row_encodes_and_loses_nothing(row: dict[str, str]) -> None:
     jsonschema.validate(
         orjson.loads(SchemaWriter(schema, 1, "json_schema").encode(row)[0][5:]), json_schema(schema)
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-02-30 00:00:00",
+        "2026-01-01 24:00:00",
+        "2026-01-01 00:60:00",
+        "2026-01-01 00:00:60",
+        "2026-01-01T00:00:00",
+        "2026-01-01 00:00:0",
+        "\uff12026-01-01 00:00:00",  # a full-width digit
+        "2026-01-01 00:00:00 ",
+    ],
+)
+def test_malformed_date_times_are_unparsed(text: str) -> None:
+    schema = derive("t", ["d"], {"d": "glide_date_time"})
+    for value_format in ("avro", "json_schema"):
+        assert SchemaWriter(schema, 1, value_format).encode({"d": text})[1] == ("d",)
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)))
+def test_date_times_are_epoch_milliseconds(moment: datetime) -> None:
+    moment = moment.replace(microsecond=0)
+    schema = derive("t", ["d"], {"d": "glide_date_time"})
+    value, failed = SchemaWriter(schema, 1, "avro").encode({"d": f"{moment:%Y-%m-%d %H:%M:%S}"})
+    assert failed == ()
+    assert avro_read(schema, value)["d"] == moment.replace(tzinfo=UTC)
