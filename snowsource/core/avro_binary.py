@@ -36,7 +36,8 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _string(text: str) -> bytes:
+def string(text: str) -> bytes:
+    """A non-null string of a ``["null", "string"]`` field."""
     data = text.encode()
     size = len(data)
     if size < 64:
@@ -65,7 +66,7 @@ def put(kind: str) -> Put:
         return _boolean
     if kind == "double":
         return _double
-    return _string
+    return string
 
 
 def string_map(values: Mapping[str, str]) -> bytes:

@@ -42,6 +42,12 @@ _CLOCK: Final = re.compile(r" [0-9]{2}:[0-9]{2}:[0-9]{2}")
 # Date-times are remembered only briefly: nearly all differ, but a row's sys_created_on,
 # sys_updated_on and opened_at are often the same instant.
 _RECENT_DATE_TIMES: Final = 64
+# Short string values repeat across rows (states, categories, users, domains): their bytes are
+# kept, process-wide and bounded (about 3 MB), the first ones seen kept for good. A longer text
+# (descriptions, names) is rarely repeated and is encoded each time.
+_SHORT_TEXT: Final = 32  # below a sys_id: ids never repeat in a column
+_CACHED_STRINGS: Final = 16384
+_STRINGS: dict[str, bytes] = {}
 
 Converter = Callable[[str], Any]
 
@@ -229,7 +235,8 @@ class SchemaWriter:
         append = parts.append
         unparsed: dict[str, str] = {}
         null = avro_binary.NULL
-        short = avro_binary.SHORT_STRING
+        strings = _STRINGS
+        strings_get = strings.get
         get = row.get
         for column, direct in fields:
             value = get(column)
@@ -238,10 +245,12 @@ class SchemaWriter:
                 continue
             text = value if type(value) is str else text_of(value)
             if direct is None:
-                data = text.encode()
-                size = len(data)
-                append(short[size] if size < 64 else b"\x02" + avro_binary.varint(size))
-                append(data)
+                encoded = strings_get(text)
+                if encoded is None:
+                    encoded = avro_binary.string(text)
+                    if len(text) < _SHORT_TEXT and len(strings) < _CACHED_STRINGS:
+                        strings[text] = encoded
+                append(encoded)
                 continue
             try:
                 append(direct(text))
