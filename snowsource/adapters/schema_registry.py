@@ -109,16 +109,14 @@ class RegistryClient:
                     [("schema.registry.ca.file", f"cannot load CA bundle {config.ca_file}: {exc}")]
                 ) from None
         headers = {"Accept": CONTENT_TYPE}
-        auth = None
         if config.username is not None and config.password is not None:
-            auth = aiohttp.BasicAuth(config.username, config.password)
+            headers["Authorization"] = aiohttp.encode_basic_auth(config.username, config.password)
         elif config.token is not None:
             headers["Authorization"] = f"Bearer {config.token}"
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ssl_option, limit=4),
             timeout=aiohttp.ClientTimeout(total=config.timeout_seconds),
             headers=headers,
-            auth=auth,
         )
         return self
 
