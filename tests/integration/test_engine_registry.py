@@ -272,6 +272,8 @@ async def test_check_says_which_version_each_table_would_register(
     )
     results = {r.name: r for r in await run_checks(load_config(path, env={}))}
     assert results["schema registry reachable"].status is Status.PASS
+    # The dictionary the schema comes from is checked like a typed table's.
+    assert results["table widget dictionary readable (value.format: avro)"].status is Status.PASS
     widget = results["widget schema"]
     assert (widget.status, widget.detail) == (
         Status.PASS,
