@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snowsource.core.value_encoding import SchemaWriter, frame, text_of
+from snowsource.core.records import RegisteredShaper
+from snowsource.core.value_encoding import SchemaWriter, WriterSlot, frame, text_of
 from snowsource.core.value_schema import (
     Field,
     RecordSchema,
@@ -303,3 +304,33 @@ def test_date_times_are_epoch_milliseconds(moment: datetime) -> None:
     value, failed = SchemaWriter(schema, 1, "avro").encode({"d": f"{moment:%Y-%m-%d %H:%M:%S}"})
     assert failed == ()
     assert avro_read(schema, value)["d"] == moment.replace(tzinfo=UTC)
+
+
+def test_registered_shaper_writes_display_values_as_strings() -> None:
+    schema = derive(
+        "incident", ["sys_id", "sys_updated_on", "priority", "caller_id"], TYPES, all_strings=True
+    )
+    slot = WriterSlot()
+    slot.writer = SchemaWriter(schema, 3, "avro")
+    shaper = RegisteredShaper(
+        display_value="true",
+        exclude_reference_link=False,
+        timestamp_field="sys_updated_on",
+        id_field="sys_id",
+        slot=slot,
+    )
+    row = {
+        "sys_id": {"display_value": "abc", "value": "abc"},
+        "sys_updated_on": {"display_value": "29.09.2026 09:30", "value": "2026-09-29 07:30:42"},
+        "priority": {"display_value": "1 - Critical", "value": "1"},
+        "caller_id": {"display_value": "Fred", "link": "https://x/u1", "value": "u1"},
+    }
+    back = avro_read(schema, shaper.value_bytes(row))
+    # The cursor stays raw; every other field is the display text, a string.
+    assert back == {
+        "sys_id": "abc",
+        "sys_updated_on": "2026-09-29 07:30:42",
+        "priority": "1 - Critical",
+        "caller_id": "Fred",
+        "__unparsed": {},
+    }
