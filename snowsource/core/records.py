@@ -138,7 +138,9 @@ class RegisteredShaper(TypedShaper):
     def value_bytes(self, row: Mapping[str, Any]) -> bytes:
         writer = self.slot.writer
         assert writer is not None, "a page is shaped only after its schema is registered"
-        value, unparsed = writer.encode(self.shape(row))
+        # Only display values need shaping; the writer reads the row and never changes it.
+        shaped = self.shape(row) if self.display_value == "true" else row
+        value, unparsed = writer.encode(shaped)
         if unparsed:
             self.unparsed[self.raw(row, self.id_field) or ""] = unparsed
         return value
