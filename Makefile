@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status demo emulator bench clean \
+.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status registry-up registry-down \
+	demo demo-avro emulator bench clean \
 	image image-smoke
 
 all: lint test
@@ -30,13 +31,21 @@ kafka-down:
 kafka-status:
 	scripts/kafka.sh status
 
-test: install kafka-up
+# The Schema Registry (scripts/registry.sh, REGISTRY_PORT) for value.format: avro | json_schema.
+registry-up:
+	scripts/registry.sh start
+
+registry-down:
+	scripts/registry.sh stop
+
+# The registry's tests start it themselves (tests/conftest.py), as they do the broker.
+test: install kafka-up registry-up
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Everything that needs no broker (tests that use it are marked `kafka` from their fixtures):
 # runs with no Kafka at all.
 test-unit: install
-	$(BIN)/pytest -q -m "not kafka" tests/unit tests/emulator $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not kafka and not registry" tests/unit tests/emulator $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
@@ -52,6 +61,11 @@ emulator: install
 
 demo: install kafka-up
 	$(BIN)/python -m snowsource.demo
+
+# The demo with value.format: avro through the local Schema Registry (scripts/registry.sh).
+REGISTRY_PORT ?= 8081
+demo-avro: install kafka-up registry-up
+	DEMO_REGISTRY_URL=http://127.0.0.1:$(REGISTRY_PORT)/apis/ccompat/v7 $(BIN)/python -m snowsource.demo
 
 bench: install kafka-up
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -4,8 +4,9 @@
 
 ``--case 8x20k@250ms-sessions`` runs only the real-instance concurrency case (bench/sessions.py);
 the full suite runs it after its other cases. ``--case 1x200k@250ms-slices`` runs the parallel
-backfill case (bench/slices.py), which the full suite leaves out (it takes minutes).
-``--case 1x20k-ratelimited`` runs the rate-budget case (bench/ratelimit.py).
+backfill case (bench/slices.py), which the full suite leaves out (it takes minutes),
+``--case 1x50k-avro`` the Schema Registry output case (bench/avro.py), and
+``--case 1x20k-ratelimited`` the rate-budget case (bench/ratelimit.py).
 
 For each case one emulator process is seeded; then, N times each, (a) the bare pager, (b) bare
 aiokafka produce (and the sink's batch path, b'), (c) the daemon. Each figure is printed as the
@@ -29,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos, ratelimit, sessions, slices
+from bench import avro, eos, ratelimit, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -209,6 +210,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
             for name in args.case:
                 print(eos.table(eos.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))))
+        return
+    if args.case and set(args.case) <= set(avro.CASES):  # Schema Registry output: bench/avro.py
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = avro.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(avro.table(result))
         return
     if args.case and set(args.case) <= set(slices.CASES):  # parallel backfill of one table
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:

@@ -14,6 +14,10 @@
 #   CONNECT_CACHE    where fetched jars live (default ~/.cache/snowsource/connect-$KAFKA_VERSION)
 #   CONNECT_DATA     state directory: config, offsets, pid and log (default .kafka/connect-$CONNECT_PORT)
 #   CONNECT_HEAP     maximum JVM heap (default 256m)
+#   APICURIO_CONVERTER_VERSION  Apicurio's Avro converter on the plugin path (default 2.6.13.Final;
+#                    `none` leaves it out): connectors may set
+#                    value.converter=io.apicurio.registry.utils.converter.AvroConverter to read
+#                    Schema Registry (Confluent-framed) records, as the Avro tests do
 #
 # Like scripts/kafka.sh, the classpath is assembled once with `mvn dependency:copy-dependencies`
 # (only package registries are reachable where this project is built) and cached.
@@ -28,6 +32,11 @@ KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 CONNECT_CACHE="${CONNECT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/snowsource/connect-$KAFKA_VERSION-r1}"
 CONNECT_DATA="${CONNECT_DATA:-$here/.kafka/connect-$CONNECT_PORT}"
 CONNECT_HEAP="${CONNECT_HEAP:-256m}"
+APICURIO_CONVERTER_VERSION="${APICURIO_CONVERTER_VERSION:-2.6.13.Final}"
+# Its own cache: a plugin directory Connect loads in an isolated class loader. (Confluent's
+# AvroConverter is not on Maven Central; Apicurio's 2.x converter and its dependencies are, and
+# with apicurio.registry.as-confluent=true it reads Confluent's framing.)
+PLUGIN_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/snowsource/connect-apicurio-converter-$APICURIO_CONVERTER_VERSION"
 PIDFILE="$CONNECT_DATA/connect.pid"
 LOGFILE="$CONNECT_DATA/connect.log"
 START_TIMEOUT="${CONNECT_START_TIMEOUT:-120}"
@@ -50,6 +59,18 @@ $(maven_dependency org.apache.logging.log4j log4j-slf4j-impl 2.24.3)"
   echo "$CONNECT_CACHE/libs/*"
 }
 
+# The plugin path line of worker.properties (empty without the converter), fetched once.
+plugin_path() {
+  [[ "$APICURIO_CONVERTER_VERSION" == none ]] && return 0
+  if [[ ! -f "$PLUGIN_CACHE/.complete" ]]; then
+    command -v mvn >/dev/null || { log "mvn not found: install Maven to fetch the Apicurio converter"; exit 1; }
+    log "fetching Apicurio's Avro converter $APICURIO_CONVERTER_VERSION (about 26 MB) into $PLUGIN_CACHE (once)"
+    maven_fetch "$PLUGIN_CACHE" apicurio-converter \
+      "$(maven_dependency io.apicurio apicurio-registry-utils-converter "$APICURIO_CONVERTER_VERSION")"
+  fi
+  echo "plugin.path=$PLUGIN_CACHE"
+}
+
 # Answers 0 once the worker's REST API answers GET / (it does so only after the herder started).
 probe() {
   python3 - "$CONNECT_PORT" <<'PY'
@@ -67,8 +88,9 @@ start() {
     log "already running on 127.0.0.1:$CONNECT_PORT (pid $(cat "$PIDFILE"))"
     return 0
   fi
-  local cp
+  local cp plugins
   cp="$(classpath)"
+  plugins="$(plugin_path)"
   mkdir -p "$CONNECT_DATA"
   cat >"$CONNECT_DATA/worker.properties" <<PROPS
 bootstrap.servers=$KAFKA_BOOTSTRAP
@@ -80,6 +102,7 @@ value.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter.schemas.enable=true
 # The FileStream connectors are on the classpath; scanning it only costs start-up time.
 plugin.discovery=only_scan
+$plugins
 PROPS
   cat >"$CONNECT_DATA/log4j2.properties" <<'L4J2'
 status = warn
@@ -112,7 +135,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
-  fetch) classpath >/dev/null ;;
+  fetch) classpath >/dev/null; plugin_path >/dev/null ;;
   status)
     if is_running && probe; then echo "running on http://127.0.0.1:$CONNECT_PORT (pid $(cat "$PIDFILE"))"
     else echo "not running"; exit 1; fi ;;

@@ -140,7 +140,7 @@ require_free() {
   if [[ -n "${others// /}" ]]; then
     local who=""
     [[ "$others" != "? " ]] && who=" (pid ${others% })"
-    log "port $port is in use by another process$who; stop it, or pick another port with KAFKA_PORT=<port> (the controller uses KAFKA_PORT+1000)"
+    log "port $port is in use by another process$who; stop it, or pick another port with ${PORT_HINT:-KAFKA_PORT=<port> (the controller uses KAFKA_PORT+1000)}"
     exit 1
   fi
 }

@@ -13,19 +13,26 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.kafka_support import REPO, LocalBroker, unique
+from tests.registry_support import LocalRegistry, session_registry
 
 TopicFactory = Callable[..., Awaitable[str]]
 
 #: The fixtures that reach the real broker: a test using any of them, however indirectly, is
 #: marked ``kafka`` (``make test-unit`` deselects those and needs no broker).
 BROKER_FIXTURES = frozenset({"kafka_bootstrap"})
+#: Likewise the fixture that starts the real Schema Registry: its tests are marked ``registry``.
+REGISTRY_FIXTURES = frozenset({"schema_registry"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the broker ``kafka``, from the fixtures it really uses."""
+    """Mark every test that uses the broker ``kafka`` (the registry: ``registry``), from the
+    fixtures it really uses."""
     for item in items:
-        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.kafka)
+        if REGISTRY_FIXTURES & used:
+            item.add_marker(pytest.mark.registry)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +46,16 @@ def kafka_bootstrap() -> Iterator[str]:
     broker = LocalBroker(port=port, data_dir=REPO / ".kafka" / str(port))
     broker.start()
     yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> LocalRegistry:
+    """The real Schema Registry of the session, started by ``scripts/registry.sh`` (idempotent:
+    CI starts it first; a fresh clone's ``make test`` gets it here). Left running, like the
+    broker."""
+    registry = session_registry()
+    registry.start()
+    return registry
 
 
 @pytest.fixture

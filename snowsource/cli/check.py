@@ -6,7 +6,8 @@ refuse to start); with ``exactly.once: true``, whether transactions work (``chec
 the ServiceNow lines (``check_servicenow``): reachable, credentials accepted, for every table
 (all of ``snow.tables``, whichever task owns it) readable with its base query, cursor fields
 visible, its ``fields`` known and what its delete stream or typed records read
-(``check_access``); the integration user's time zone. Exit 0 when nothing
+(``check_access``); the integration user's time zone; with ``avro``/``json_schema`` tables the
+Schema Registry lines (``check_registry``). Exit 0 when nothing
 failed, 1 when a check failed, 2 when the configuration is invalid — in which case nothing is
 contacted.
 
@@ -37,6 +38,7 @@ from snowsource.adapters.kafka import (
 )
 from snowsource.adapters.offset_store import topics_with_records
 from snowsource.cli import check_txn
+from snowsource.cli.check_registry import registry_checks
 from snowsource.cli.check_report import CheckResult, Status, exit_code, format_result
 from snowsource.cli.check_servicenow import display_offsets, snow_checks
 from snowsource.config.loader import LoadedConfig, load_config
@@ -111,6 +113,7 @@ async def run_checks(
     try:
         report(await kafka)
         report(await snow)
+        report(await registry_checks(settings))
     finally:
         for task in (kafka, snow):
             if not task.done():

@@ -40,8 +40,8 @@ def _deletes_name(alias: str) -> str:
     return f"table {alias} deletes readable ({AUDIT_TABLE})"
 
 
-def _dictionary_name(alias: str) -> str:
-    return f"table {alias} dictionary readable (value.format: typed)"
+def _dictionary_name(alias: str, table: TableConfig) -> str:
+    return f"table {alias} dictionary readable (value.format: {table.value_format.value})"
 
 
 def _wants_deletes(table: TableConfig) -> bool:
@@ -49,7 +49,8 @@ def _wants_deletes(table: TableConfig) -> bool:
 
 
 def _wants_typed(table: TableConfig) -> bool:
-    return table.value_format is ValueFormat.TYPED
+    # avro and json_schema derive their schema from the same dictionary.
+    return table.value_format is ValueFormat.TYPED or table.value_format.registered
 
 
 def skipped_access(alias: str, table: TableConfig, why: str) -> list[CheckResult]:
@@ -58,7 +59,7 @@ def skipped_access(alias: str, table: TableConfig, why: str) -> list[CheckResult
     if _wants_deletes(table):
         out.append(CheckResult(_deletes_name(alias), Status.SKIP, why))
     if _wants_typed(table):
-        out.append(CheckResult(_dictionary_name(alias), Status.SKIP, why))
+        out.append(CheckResult(_dictionary_name(alias, table), Status.SKIP, why))
     if wants_sensitive_check(table):
         out.append(CheckResult(sensitive_name(alias), Status.SKIP, why))
     return out
@@ -158,7 +159,7 @@ async def _children_missed(
 
 
 async def _dictionary(client: ServiceNowClient, alias: str, table: TableConfig) -> CheckResult:
-    name = _dictionary_name(alias)
+    name = _dictionary_name(alias, table)
     try:
         columns = await read_columns(client, table.name)
     except ServiceNowError as exc:

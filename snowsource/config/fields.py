@@ -126,10 +126,18 @@ class TasksAssignment(StrEnum):
 
 
 class ValueFormat(StrEnum):
-    """``value.format``: the Table API's strings as they are, or converted by column type."""
+    """``value.format``: the Table API's strings as they are, converted by column type, or
+    written in a Schema Registry schema (Avro, JSON Schema) derived from the dictionary."""
 
     STRING = "string"
     TYPED = "typed"
+    AVRO = "avro"
+    JSON_SCHEMA = "json_schema"
+
+    @property
+    def registered(self) -> bool:
+        """Whether values are written in a schema registered with ``schema.registry``."""
+        return self in (ValueFormat.AVRO, ValueFormat.JSON_SCHEMA)
 
 
 class ValueSchema(StrEnum):

@@ -82,6 +82,7 @@ from snowsource.config.fields import (
     stringify_configs,
 )
 from snowsource.config.governance import governance_problems, hash_key_problem
+from snowsource.config.registry import SchemaRegistryConfig, registry_problems
 from snowsource.config.sources import active_sources
 from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
@@ -514,6 +515,7 @@ class Settings(BaseSettings):
     offset_storage_replication_factor: ReplicationFactor = -1
     rest: RestConfig = Field(default_factory=RestConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -599,6 +601,15 @@ class Settings(BaseSettings):
         problem = hash_key_problem([a for a, t in self.snow.tables.items() if t.fields_hash])
         if problem is not None:
             raise problems_error([(f"governance.{problem[0]}", problem[1])])
+        return self
+
+    @model_validator(mode="after")
+    def _registry_when_used(self) -> Settings:
+        found = registry_problems(
+            self.schema_registry, ((a, t.value_format) for a, t in self.snow.tables.items())
+        )
+        if found:
+            raise problems_error(found)
         return self
 
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from snowsource.config.fields import Deletes, ValueFormat
+from snowsource.config.fields import Deletes, ValueFormat, ValueSchema
 
 
 class TableKeys(Protocol):
@@ -23,6 +23,8 @@ class TableKeys(Protocol):
     def value_format(self) -> ValueFormat: ...
     @property
     def display_value(self) -> str: ...
+    @property
+    def value_schema(self) -> ValueSchema: ...
     @property
     def batch_size(self) -> int: ...
     @property
@@ -51,11 +53,37 @@ def table_problems(table: TableKeys) -> list[tuple[str, str]]:
                 "value.format: string",
             )
         )
+    found.extend(_registered_problems(table))
     # Below one page the slices after the first could never fetch: a silent 1-slice backfill.
     if table.backfill_slices > 1 and table.backfill_max_ahead_rows < table.batch_size:
         why = f"must be at least batch.size ({table.batch_size}) with backfill.slices > 1"
         fix = "or no slice but the first could fetch a page: raise it, or set slices to 1"
         found.append(("backfill.max.ahead.rows", f"{why}, {fix}"))
+    return found
+
+
+def _registered_problems(table: TableKeys) -> list[tuple[str, str]]:
+    """``value.format: avro | json_schema``: the schema is the registry's, one value per field."""
+    if not table.value_format.registered:
+        return []
+    found: list[tuple[str, str]] = []
+    if table.display_value == "all":
+        found.append(
+            (
+                "display.value",
+                f"all is not possible with value.format: {table.value_format.value} (a field "
+                "holds one value, not a raw and a display pair): use display.value: false "
+                "(typed raw values) or true (every field a string)",
+            )
+        )
+    if table.value_schema is ValueSchema.CONNECT:
+        found.append(
+            (
+                "value.schema",
+                f"connect is not possible with value.format: {table.value_format.value} (its "
+                "schema is in the Schema Registry, not in each value): use value.schema: none",
+            )
+        )
     return found
 
 

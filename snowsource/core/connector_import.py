@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from snowsource.core.connect_transforms import is_transform_key, map_transforms
+from snowsource.core.connector_registry_import import registry_keys
 from snowsource.core.errors import ConnectorImportError
 from snowsource.core.secret_text import mask
 
@@ -29,11 +30,21 @@ _SINCE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # Our secret keys (never printed unless asked for), and words that mark a source key whose
 # value must not be echoed in a comment.
 _SECRET_TARGETS: Final = frozenset({"password", "oauth.client.secret", "api.key"})
-_SECRET_WORDS: Final = ("password", "secret", "api.key", "apikey", "token", "license", "credential")
+_SECRET_WORDS: Final = (
+    "password",
+    "secret",
+    "api.key",
+    "apikey",
+    "token",
+    "license",
+    "credential",
+    "user.info",
+)
 _FRAMEWORK_KEYS: Final = {
     "connector.class": "not needed: snowsource is the connector",
     "key.converter": "snowsource writes the row's id as a UTF-8 string key",
-    "value.converter": "snowsource writes JSON values; see value.format and value.schema",
+    "value.converter": "snowsource writes JSON values (see value.format and value.schema) or, "
+    "with an Avro or JSON Schema converter, value.format: avro | json_schema",
     "key.converter.schemas.enable": "snowsource writes string keys",
     "value.converter.schemas.enable": "use value.schema: connect for the JsonConverter envelope",
     "header.converter": "snowsource writes UTF-8 string headers",
@@ -410,6 +421,9 @@ def import_connector(data: Any, *, include_secrets: bool = False) -> Imported:
     config = unwrap(data)
     dialect = detect(config)
     builder = _Builder(dialect, include_secrets=include_secrets)
+    # The value format and registry keys, in either dialect: the rest is the dialect's.
+    handled = registry_keys(config, builder)
+    config = {key: value for key, value in config.items() if key not in handled}
     plain = {k: v for k, v in config.items() if not is_transform_key(k)}
     if dialect == "java":
         _java(plain, builder)

@@ -13,6 +13,11 @@
     ├── TableFailedError         a table must stop with a diagnostic (rows out of order, bad row)
     ├── KafkaSinkError           Kafka refused a record for good (too large, not authorised)
     ├── ConnectorImportError     `config import` got a file that is no known connector config
+    ├── RegistryError            the Schema Registry answered or failed to answer (SPEC §15.1)
+    │   ├── RegistryUnavailableError  unreachable, timeout, 5xx: the table waits, backs off
+    │   ├── SchemaRefusedError   409 incompatible / 422 invalid: write with the last accepted
+    │   ├── RegistryAuthError    401 / 403: FAIL the table with the registry's message
+    │   └── SchemaNotFoundError  404 on a look-up (auto.register: false): FAIL naming the subject
     └── FencedError              a newer process with the same task.id took over; exit 1
 
 Kafka's own transient errors are not wrapped: aiokafka's ``KafkaError.retriable`` decides.
@@ -89,3 +94,28 @@ class ConnectorImportError(SnowsourceError):
 
 class FencedError(SnowsourceError):
     """A newer process with the same task.id is running; this one must exit 1."""
+
+
+class RegistryError(SnowsourceError):
+    """The Schema Registry refused a request or could not be asked. ``status`` is the HTTP
+    status (None: no answer); the message is the registry's own."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RegistryUnavailableError(RegistryError):
+    """Unreachable, timed out, or a 5xx: retry with backoff; nothing unregistered is produced."""
+
+
+class SchemaRefusedError(RegistryError):
+    """409 (incompatible with the subject) or 422 (invalid schema)."""
+
+
+class RegistryAuthError(RegistryError):
+    """401 or 403: the credentials are wrong or lack a permission."""
+
+
+class SchemaNotFoundError(RegistryError):
+    """404: the subject, or this schema under it, is not registered."""

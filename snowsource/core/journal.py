@@ -31,6 +31,8 @@ JOURNAL_FIELDS: Final = (
     "element_id",
     "value",
 )
+#: The internal types of the journal stream's fixed schema (SPEC §15.1); the rest are strings.
+JOURNAL_TYPES: Final = {"sys_created_on": "glide_date_time"}
 ALIAS_SUFFIX: Final = ".journal"
 PARENT_HEADER: Final = "snow.parent_sys_id"
 ELEMENT_HEADER: Final = "snow.element"

@@ -5,10 +5,11 @@ The daemon asks for raw values (``sysparm_display_value=false``) or for both
 value, except the cursor fields and ``sys_mod_count``: a display-formatted timestamp is in the
 integration user's time zone and format and must never drive the cursor.
 
-Three shapers share one interface (``raw``, ``value_bytes``), so the page decision and the dedup
+The shapers share one interface (``raw``, ``value_bytes``), so the page decision and the dedup
 cache treat every stream alike: :class:`RecordShaper` (the Table API's strings),
-:class:`TypedShaper` (``value.format: typed`` and/or ``value.schema: connect``) and
-:class:`TombstoneShaper` (a delete stream's audit rows).
+:class:`TypedShaper` (``value.format: typed`` and/or ``value.schema: connect``),
+:class:`RegisteredShaper` (``avro``/``json_schema``, SPEC §15.1) and :class:`TombstoneShaper`
+(a delete stream's audit rows).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import orjson
 from snowsource.core.connect_schema import envelope
 from snowsource.core.deletes import tombstone
 from snowsource.core.typed import TypedRow, convert_row
+from snowsource.core.value_encoding import WriterSlot
 
 RAW_FIELDS_EXTRA = ("sys_mod_count",)
 
@@ -120,6 +122,28 @@ class TypedShaper(RecordShaper):
 
     def forget(self, row_id: str) -> None:
         self.unparsed.pop(row_id, None)
+
+
+@dataclass(frozen=True)
+class RegisteredShaper(TypedShaper):
+    """Values in the table's registered schema (``value.format: avro | json_schema``), framed.
+
+    ``slot`` holds the schema writer; the engine fills it (registering the schema) before the
+    rows of a page are shaped, so a value is never written in a schema the registry lacks.
+    ``columns`` is still the dictionary, which the schema is derived from.
+    """
+
+    slot: WriterSlot = field(default_factory=WriterSlot)
+
+    def value_bytes(self, row: Mapping[str, Any]) -> bytes:
+        writer = self.slot.writer
+        assert writer is not None, "a page is shaped only after its schema is registered"
+        # Only display values need shaping; the writer reads the row and never changes it.
+        shaped = self.shape(row) if self.display_value == "true" else row
+        value, unparsed = writer.encode(shaped)
+        if unparsed:
+            self.unparsed[self.raw(row, self.id_field) or ""] = unparsed
+        return value
 
 
 @dataclass(frozen=True)

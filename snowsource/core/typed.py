@@ -50,8 +50,8 @@ _DATE_TIME_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}
 _DATE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
-class _UnparsedError(Exception):
-    """Raised inside this module when a value does not parse as its column's type."""
+class UnparsedValueError(Exception):
+    """A value does not parse as its column's type (:func:`convert_text`)."""
 
 
 def kind_of(internal_type: str | None) -> ValueKind:
@@ -69,10 +69,10 @@ def kind_of(internal_type: str | None) -> ValueKind:
 
 def _integer(text: str) -> int:
     if not _INTEGER_RE.fullmatch(text):
-        raise _UnparsedError
+        raise UnparsedValueError
     value = int(text)
     if not _INT64_MIN <= value <= _INT64_MAX:
-        raise _UnparsedError
+        raise UnparsedValueError
     return value
 
 
@@ -82,40 +82,41 @@ def _boolean(text: str) -> bool:
         return True
     if lowered == "false":
         return False
-    raise _UnparsedError
+    raise UnparsedValueError
 
 
 def _number(text: str) -> float:
     if not _NUMBER_RE.fullmatch(text):
-        raise _UnparsedError
+        raise UnparsedValueError
     value = float(text)
     if not math.isfinite(value):  # "1e999": JSON has no infinity
-        raise _UnparsedError
+        raise UnparsedValueError
     return value
 
 
 def _date_time(text: str) -> str:
     if not _DATE_TIME_RE.fullmatch(text):
-        raise _UnparsedError
+        raise UnparsedValueError
     try:
         datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
     except ValueError:
-        raise _UnparsedError from None
+        raise UnparsedValueError from None
     return text.replace(" ", "T") + "Z"
 
 
 def _date(text: str) -> str:
     if not _DATE_RE.fullmatch(text):
-        raise _UnparsedError
+        raise UnparsedValueError
     try:
         date.fromisoformat(text)
     except ValueError:
-        raise _UnparsedError from None
+        raise UnparsedValueError from None
     return text
 
 
-def _convert_text(text: str, internal_type: str) -> Any:
-    """One raw string as its type; raises ``_UnparsedError``. Empty -> None for converted types."""
+def convert_text(text: str, internal_type: str) -> Any:
+    """One raw string as its type; raises :class:`UnparsedValueError`. Empty -> None for
+    converted types. Schema Registry output (``core.value_encoding``) converts with it too."""
     if text == "":
         return None
     if internal_type in INTEGER_TYPES:
@@ -157,8 +158,8 @@ def convert_value(value: Any, internal_type: str | None) -> tuple[Any, bool]:
         return value, True
     if isinstance(value, str):
         try:
-            return _convert_text(value, internal_type), True
-        except _UnparsedError:
+            return convert_text(value, internal_type), True
+        except UnparsedValueError:
             return value, False
     if isinstance(value, Mapping) and isinstance(value.get("value"), str):
         raw = value["value"]
@@ -166,8 +167,8 @@ def convert_value(value: Any, internal_type: str | None) -> tuple[Any, bool]:
             # An empty reference is empty whatever shape it came in.
             return (None, True) if raw == "" and "display_value" not in value else (value, True)
         try:
-            converted = _convert_text(raw, internal_type)
-        except _UnparsedError:
+            converted = convert_text(raw, internal_type)
+        except UnparsedValueError:
             return value, False
         return {**value, "value": converted}, True
     return value, True

@@ -41,6 +41,9 @@ def write_config(path: Path, *, url: str, options: Options, rest_port: int | Non
         if rest_port is not None
         else {"enabled": False}
     )
+    if options.registry_url is not None:
+        document["value.format"] = "avro"
+        document["schema.registry"] = {"url": options.registry_url}
     if options.topic_prefix is not None:
         document["topic.prefix"] = options.topic_prefix
         for table in document["snow"]["tables"].values():

@@ -32,7 +32,8 @@ class Options:
     ``127.0.0.1:$KAFKA_PORT``, the broker ``scripts/kafka.sh`` runs), ``DEMO_ROWS`` (rows seeded
     per table), ``DEMO_ACTIVITY`` (rows changed per second), ``DEMO_LATENCY_MS`` (emulated
     latency per request), ``DEMO_TOPIC_PREFIX`` (``<prefix><alias>`` instead of the example's
-    topics)."""
+    topics), ``DEMO_REGISTRY_URL`` (write ``value.format: avro`` through this Schema Registry,
+    ``make demo-avro``)."""
 
     seconds: float | None
     bootstrap: str
@@ -41,6 +42,7 @@ class Options:
     activity: float
     latency_ms: float
     topic_prefix: str | None
+    registry_url: str | None = None
 
     @classmethod
     def from_env(cls) -> Options:
@@ -60,4 +62,5 @@ class Options:
             activity=_number("DEMO_ACTIVITY", DEFAULT_ACTIVITY),
             latency_ms=_number("DEMO_LATENCY_MS", DEFAULT_LATENCY_MS),
             topic_prefix=os.environ.get("DEMO_TOPIC_PREFIX") or None,
+            registry_url=os.environ.get("DEMO_REGISTRY_URL", "").strip() or None,
         )

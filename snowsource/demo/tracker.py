@@ -102,6 +102,16 @@ class KafkaTracker:
             await self.poll()
 
 
+def _shown(value: bytes | None) -> Any:
+    """A record value as JSON, or what a Schema Registry-framed value is (``demo-avro``)."""
+    if value is None:
+        return None
+    if value[:1] == b"\x00" and len(value) >= 5:
+        schema_id = int.from_bytes(value[1:5], "big")
+        return f"<Confluent-framed: schema id {schema_id}, {len(value) - 5} bytes>"
+    return json.loads(value)
+
+
 async def peek(topic: str, count: int, bootstrap: str) -> int:
     """Print the last ``count`` records of ``topic``: key, headers, value."""
     conn = KafkaConnection(bootstrap_servers=bootstrap, client_id="snowsource-demo-peek")
@@ -128,7 +138,7 @@ async def peek(topic: str, count: int, bootstrap: str) -> int:
         for record in sorted(records, key=lambda r: r.timestamp)[-count:]:
             headers = {k: v.decode("utf-8", "replace") for k, v in record.headers}
             key = record.key.decode("utf-8", "replace") if record.key else None
-            value = json.loads(record.value) if record.value else None
+            value = _shown(record.value)
             print(f"--- {topic}[{record.partition}]@{record.offset} key={key}")
             print(f"    headers: {json.dumps(headers)}")
             print("    value: " + json.dumps(value, indent=2).replace("\n", "\n    "))

@@ -15,14 +15,14 @@ rows become records, how far a sweep may read and how a failure is explained are
 - :class:`ReconcileHooks`: what a table's key sweep (``engine.reconcile``) needs of its table.
 
 The two streams of one table share a :class:`SweepMark`, the only thing they know of each
-other. :func:`stream_hooks` builds the hooks of a generation.
+other. ``engine.stream_hooks`` builds the hooks of a generation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -41,16 +41,17 @@ from snowsource.core.deletes import (
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import RetriableError, ServiceNowError
 from snowsource.core.grants import Priority
-from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER, govern_entries
+from snowsource.core.journal import ELEMENT_HEADER, JOURNAL_TYPES, PARENT_HEADER, govern_entries
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
-from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
+from snowsource.core.records import RecordShaper, RegisteredShaper, TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.columns import TableColumns
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
 from snowsource.engine.ports import PageSource, Sink
+from snowsource.engine.schemas import TableSchemas
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
@@ -149,13 +150,15 @@ class StreamHooks:
         return str(error)
 
 
-def _shaper(spec: TableSpec) -> RecordShaper:
+def _shaper(spec: TableSpec, schemas: TableSchemas | None = None) -> RecordShaper:
     common: dict[str, Any] = {
         "display_value": spec.display_value,
         "exclude_reference_link": spec.exclude_reference_link,
         "timestamp_field": spec.timestamp_field,
         "id_field": spec.id_field,
     }
+    if schemas is not None:
+        return RegisteredShaper(**common, slot=schemas.slot)
     if spec.value_format == "typed" or spec.value_schema == "connect":
         return TypedShaper(
             **common,
@@ -177,8 +180,10 @@ class TableHooks(StreamHooks):
         retry: RetryPolicy,
         stop: asyncio.Event,
         mark: SweepMark | None = None,
+        schemas: TableSchemas | None = None,
     ) -> None:
-        super().__init__(spec, _shaper(spec))
+        super().__init__(spec, _shaper(spec, schemas))
+        self._schemas = schemas
         self._mark = mark
         self._deletes_hi: str | None = None
         self.columns = TableColumns(spec, self._typed, client=client, retry=retry, stop=stop)
@@ -190,10 +195,21 @@ class TableHooks(StreamHooks):
 
     async def start(self) -> None:
         await self.columns.start()
+        typed = self._typed
+        if self._schemas is not None and typed is not None:
+            # Registered before the first record: a registry that is down holds the table here.
+            # The typed columns are governed ones: excluded absent, hashed and masked strings.
+            columns = self._schemas.initial_columns(typed.columns)
+            await self._schemas.ensure(columns, typed.columns)
 
     async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Governed in place before the page's values are used for anything (SPEC §15.2).
         await self.columns.govern(rows)
+        typed = self._typed
+        if self._schemas is not None and typed is not None:
+            # A new column makes a new schema version, registered before the page is shaped.
+            seen: set[str] = set().union(*rows)  # the union runs in C: wide pages are cheap
+            await self._schemas.ensure(seen, typed.columns)
         return frozenset()
 
     def cap(self, hi: str) -> str | None:
@@ -341,10 +357,16 @@ class JournalHooks(StreamHooks):
     """A table's journal stream: each ``sys_journal_field`` row as it is, on ``<topic>.journal``,
     with the record it belongs to and the field it was written in as headers."""
 
-    def __init__(self, spec: TableSpec) -> None:
-        super().__init__(spec, _shaper(spec))
+    def __init__(self, spec: TableSpec, schemas: TableSchemas | None = None) -> None:
+        super().__init__(spec, _shaper(spec, schemas))
+        self._schemas = schemas
         self._parents: dict[str, Headers] = {}
         self.record_headers = self._journal_headers
+
+    async def start(self) -> None:
+        if self._schemas is not None:
+            # A fixed schema (SPEC §15.1), registered under the journal topic's subject.
+            await self._schemas.ensure((), JOURNAL_TYPES)
 
     async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Shaped values are bytes; the page's rows are where element_id and element are read.
@@ -360,6 +382,15 @@ class JournalHooks(StreamHooks):
         if base is None:
             return frozenset()
         return govern_entries(rows, base.governance)
+
+    def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
+        shaper = self.shaper
+        if isinstance(shaper, RegisteredShaper):
+            # Taken, so the shaper's per-row entries never pile up; counted like the table's.
+            unparsed = shaper.take_unparsed(emit.id)
+            if unparsed:
+                metrics.VALUES_UNPARSED.labels(table=self.spec.alias).inc(len(unparsed))
+        return emit.key, emit.value
 
     def _journal_headers(self, emit: Emit) -> Headers:
         return self._parents.get(emit.id, [])
@@ -379,31 +410,3 @@ class ReconcileHooks(StreamHooks):
             ),
         )
         self.mark = mark
-
-
-def stream_hooks(
-    specs: Iterable[TableSpec], *, client: PageSource, retry: RetryPolicy, stop: asyncio.Event
-) -> dict[str, StreamHooks]:
-    """The hooks of one generation's streams by alias; a table and the derived streams that
-    wait for its sweeps (deletes, reconcile) share a mark."""
-    specs = list(specs)
-    marks = {
-        spec.base.alias: SweepMark()
-        for spec in specs
-        if spec.base is not None and spec.stream in ("deletes", "reconcile")
-    }
-    hooks: dict[str, StreamHooks] = {}
-    for spec in specs:
-        if spec.base is not None and spec.stream == "deletes":
-            hooks[spec.alias] = DeleteHooks(
-                spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
-            )
-        elif spec.base is not None and spec.stream == "reconcile":
-            hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
-        elif spec.stream == "journal":
-            hooks[spec.alias] = JournalHooks(spec)
-        else:
-            hooks[spec.alias] = TableHooks(
-                spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)
-            )
-    return hooks

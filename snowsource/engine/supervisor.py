@@ -26,6 +26,7 @@ import structlog
 
 from snowsource.adapters.kafka_probe import KafkaProbe
 from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.schema_registry import RegistryClient
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink
 from snowsource.config.fields import TasksAssignment
@@ -44,13 +45,15 @@ from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
 from snowsource.engine.poller import Poller
 from snowsource.engine.reconcile import ReconcilePoller
-from snowsource.engine.streams import stream_hooks
+from snowsource.engine.schemas import SchemaRegistrar
+from snowsource.engine.stream_hooks import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import (
     Adapters,
     kafka_retries,
     owned_specs,
+    registry_connection,
     secret_value,
     snow_retry,
 )
@@ -78,6 +81,7 @@ class _Opened:
     watch: TopicWatch
     probe: KafkaProbe
     deliveries: Deliveries | None = None
+    registrar: SchemaRegistrar | None = None
 
 
 class Daemon:
@@ -340,6 +344,7 @@ class Daemon:
         # session (and the clock probe), the producer, the offsets store and the output topics.
         await together(session_and_probe(), sink.start(), store.start(), output_topics())
         self._opened = _Opened(client, sink, store, watch, kafka)
+        self._opened.registrar = await self._registrar(stack)
         deliveries = parts.deliveries(store, self._kafka_retry.transactions)
         self._opened.deliveries = await self._open(stack, deliveries)
         if self._api_factory is not None:
@@ -350,6 +355,25 @@ class Daemon:
         )
         # Closed first: whatever generation is still running at the end is cancelled.
         stack.push_async_callback(self._close, self._tasks)
+
+    async def _registrar(self, stack: AsyncExitStack) -> SchemaRegistrar | None:
+        """The Schema Registry's client when a table's values are registered (in group mode any
+        configured table may become ours)."""
+        registry = self.settings.schema_registry
+        connection = registry_connection(self.settings)
+        if connection is None or not any(
+            t.value_format.registered for t in self.settings.tables.values()
+        ):
+            return None
+        client = RegistryClient(connection)
+        await client.__aenter__()
+        stack.push_async_callback(client.close)
+        return SchemaRegistrar(
+            client,
+            strategy=registry.subject_name_strategy.value,
+            auto_register=registry.auto_register,
+            retry=self._retry,
+        )
 
     def _worker_id(self) -> str:
         """This process's REST worker id (``host:port``), or its host name without REST."""
@@ -444,7 +468,13 @@ class Daemon:
         opened = self._opened
         assert opened is not None
         client = opened.client
-        hooks = stream_hooks(specs, client=client, retry=self._retry, stop=stop.event)
+        hooks = stream_hooks(
+            specs,
+            client=client,
+            retry=self._retry,
+            stop=stop.event,
+            registrar=opened.registrar,
+        )
         pollers: dict[str, Poller] = {}
         for spec in specs:
             deliveries = opened.deliveries

@@ -16,6 +16,7 @@ from snowsource.adapters.kafka import KafkaConnection, admin_client, wait_for_ka
 from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
 from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
+from snowsource.adapters.schema_registry import RegistryConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_keys import TopicKeys
@@ -23,6 +24,7 @@ from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
 from snowsource.config.governance import table_governance
 from snowsource.config.models import Backoff, Settings, TableConfig
+from snowsource.config.registry import RegistryAuthType
 from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
 from snowsource.core.deletes import delete_stream_spec
@@ -358,3 +360,20 @@ class Adapters:
 def _observe_response(table: str, status: int, seconds: float) -> None:
     metrics.HTTP_REQUESTS.labels(table=table, status=str(status)).inc()
     metrics.HTTP_LATENCY.labels(table=table).observe(seconds)
+
+
+def registry_connection(settings: Settings) -> RegistryConnection | None:
+    """The Schema Registry of ``schema.registry`` (None when no URL is set)."""
+    registry = settings.schema_registry
+    if registry.url is None:
+        return None
+    basic = registry.auth_type is RegistryAuthType.BASIC
+    bearer = registry.auth_type is RegistryAuthType.BEARER
+    return RegistryConnection(
+        url=registry.url,
+        username=registry.username if basic else None,
+        password=secret_value(registry.password) if basic else None,
+        token=secret_value(registry.token) if bearer else None,
+        ca_file=registry.ca_file,
+        timeout_seconds=registry.request_timeout_ms / 1000,
+    )

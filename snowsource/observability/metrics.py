@@ -93,6 +93,26 @@ VALUES_UNPARSED = Counter(
     ["table"],
     registry=REGISTRY,
 )
+SCHEMA_REGISTRY_REQUESTS = Counter(
+    "snowsource_schema_registry_requests",
+    "Requests to the Schema Registry by operation (register, lookup, latest, compatibility) "
+    "and outcome (ok, refused, unavailable, auth, not_found)",
+    ["operation", "outcome"],
+    registry=REGISTRY,
+)
+SCHEMAS_REFUSED = Counter(
+    "snowsource_schemas_refused",
+    "Schema versions the registry refused (409 incompatible, 422 invalid); the table goes on "
+    "writing with its last accepted schema",
+    ["table"],
+    registry=REGISTRY,
+)
+SCHEMA_VERSIONS = Counter(
+    "snowsource_schema_versions_registered",
+    "Schema versions of a table registered (or looked up) and written with",
+    ["table"],
+    registry=REGISTRY,
+)
 RECONCILE_MISSING = Gauge(
     "snowsource_reconcile_missing_keys",
     "Keys the last key sweep found missing: side=instance (live in Kafka, gone from the "
@@ -197,6 +217,9 @@ ALL_METRIC_NAMES = (
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
     "snowsource_values_unparsed",
+    "snowsource_schema_registry_requests",
+    "snowsource_schemas_refused",
+    "snowsource_schema_versions_registered",
     "snowsource_table_consecutive_failures",
     "snowsource_reconcile_missing_keys",
     "snowsource_offset_commit_seconds",

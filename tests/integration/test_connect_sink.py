@@ -1,4 +1,4 @@
-"""A real Kafka Connect sink reads typed records in the JsonConverter envelope.
+"""A real Kafka Connect sink reads typed records in the JsonConverter envelope, and Avro ones.
 
 The worker is Apache Kafka Connect itself (``scripts/connect.sh``, standalone mode, the
 JsonConverter with ``value.converter.schemas.enable=true``) running the FileStreamSink connector.
@@ -37,8 +37,10 @@ from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, read_topic, running
 from tests.kafka_support import REPO, LocalConnect, unique
 from tests.polling import poll_until
+from tests.registry_support import LocalRegistry
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+AVRO_FIELDS = ["sys_id", "sys_updated_on", "sys_mod_count", "name", "ram", "cost", "cpu_count"]
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +227,73 @@ async def test_file_sink_reads_what_the_daemon_produced_with_the_connect_envelop
     finally:
         async with http.delete(f"{connect_worker.url}/connectors/{connector}") as resp:
             assert resp.status == 204, await resp.text()
+
+
+# Apicurio's AvroConverter (scripts/connect.sh puts it on the plugin path) reads what the daemon
+# wrote with value.format: avro from the project's registry, in Confluent's framing.
+async def test_connect_avro_converter_sinks_every_record(
+    env: Env, schema_registry: LocalRegistry, connect_worker: LocalConnect, tmp_path: Path
+) -> None:
+    rows = [
+        env.emu.insert(
+            "cmdb_ci_server",
+            {"name": f"srv{i}", "ram": str(2048 * i), "cost": f"{i}.25", "cpu_count": ""},
+        )
+        for i in range(1, 6)
+    ]
+    odd = env.emu.insert("cmdb_ci_server", {"name": "odd", "ram": "lots", "cost": "1.5"})
+    settings = env.settings(
+        {"server": {"name": "cmdb_ci_server", "fields": AVRO_FIELDS, "value.format": "avro"}},
+        **{"schema.registry": {"url": schema_registry.url}},
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "server"))
+    records = await read_topic(env.bootstrap, env.topic("server"))
+    assert len(records) == len(rows) + 1
+
+    out = tmp_path / "avro-sink.txt"
+    prefix = "value.converter"
+    config = {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        "tasks.max": "1",
+        "topics": env.topic("server"),
+        "file": str(out),
+        prefix: "io.apicurio.registry.utils.converter.AvroConverter",
+        f"{prefix}.apicurio.registry.url": schema_registry.apicurio_url,
+        f"{prefix}.apicurio.registry.as-confluent": "true",
+        f"{prefix}.apicurio.registry.headers.enabled": "false",
+    }
+    connector = unique("avro-sink")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async with http.post(
+            f"{connect_worker.url}/connectors", json={"name": connector, "config": config}
+        ) as resp:
+            assert resp.status == 201, await resp.text()
+        try:
+
+            def lines() -> list[str]:
+                found = out.read_text(encoding="utf-8").splitlines() if out.exists() else []
+                return found if len(found) >= len(records) else []
+
+            written = await poll_until(lines, what=f"lines in {out}", timeout=90, interval=0.2)
+            async with http.get(f"{connect_worker.url}/connectors/{connector}/status") as resp:
+                status = await resp.json()
+            assert [t["state"] for t in status["tasks"]] == ["RUNNING"], status
+        finally:
+            async with http.delete(f"{connect_worker.url}/connectors/{connector}") as resp:
+                assert resp.status == 204, await resp.text()
+    assert len(written) == len(records)
+    by_id = {
+        row["sys_id"]: line for row in [*rows, odd] for line in written if row["sys_id"] in line
+    }
+    for i, row in enumerate(rows, start=1):
+        line = by_id[row["sys_id"]]
+        assert line.startswith("Struct{"), line
+        # Connect decoded each field as its Avro type: an int, a double, a string.
+        for part in (f"ram={2048 * i}", f"cost={i}.25", f"name=srv{i}", "sys_mod_count=0"):
+            assert part in line, (part, line)
+        assert "cpu_count=" not in line  # null: Struct.toString leaves it out
+        assert "__unparsed={}" in line
+    odd_line = by_id[odd["sys_id"]]
+    assert "ram=" not in odd_line.replace("ram=lots", "")
+    assert "__unparsed={ram=lots}" in odd_line

@@ -27,7 +27,8 @@ from snowsource.core.query import normalise_query
 from snowsource.core.reconcile import reconcile_partition
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.tableapi import Page
-from snowsource.engine.streams import JournalHooks, ReconcileHooks, TableHooks, stream_hooks
+from snowsource.engine.stream_hooks import stream_hooks
+from snowsource.engine.streams import JournalHooks, ReconcileHooks, TableHooks
 from snowsource.engine.wiring import stream_specs
 
 

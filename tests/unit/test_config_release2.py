@@ -91,7 +91,7 @@ INVALID: list[tuple[str, dict[tuple[str, ...], Any], str, str]] = [
         "health.unready.after.seconds",
         "greater than 0",
     ),
-    ("format", {("value.format",): "avro"}, "value.format", "'typed'"),
+    ("format", {("value.format",): "xml"}, "value.format", "'typed'"),
     ("schema", {("value.schema",): "avro"}, "value.schema", "'connect'"),
     (
         "table-format",
@@ -116,7 +116,7 @@ def test_each_new_key_is_validated(
 
 
 def test_invalid_top_level_value_format_is_reported_once(load: Load) -> None:
-    assert list(_problems(load, {("value.format",): "avro"})) == ["value.format"]
+    assert list(_problems(load, {("value.format",): "xml"})) == ["value.format"]
 
 
 @pytest.mark.parametrize("key", ["tasks.max", "task.id"])

@@ -25,7 +25,8 @@ from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.tableapi import Page
-from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks, stream_hooks
+from snowsource.engine.stream_hooks import stream_hooks
+from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks
 from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
