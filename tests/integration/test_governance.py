@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from structlog.testing import capture_logs
 
@@ -24,7 +25,9 @@ from snowsource.core.governance import MASK, hmac_hex
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, read_topic, running, write_config
 from tests.integration.processes import start_run
+from tests.integration.registry_helpers import Reader
 from tests.polling import poll_until
+from tests.registry_support import LocalRegistry
 
 pytestmark = [pytest.mark.kafka]
 
@@ -285,3 +288,37 @@ async def test_check_names_the_sensitive_columns_or_warns_they_are_not_verified(
     assert refused[line].status is Status.WARN
     assert "not verified" in refused[line].detail
     assert exit_code(refused.values()) == 0
+
+
+@pytest.mark.registry
+async def test_avro_records_and_schema_follow_governance(
+    env: Env, schema_registry: LocalRegistry
+) -> None:
+    env.emu.seed(tables=("sys_user",), rows=40)
+    stored = {row["sys_id"]: row for row in env.emu.rows("sys_user")}
+    tables = {"users": {"name": "sys_user", "value.format": "avro", "fields.mask": ["active"]}}
+    settings = env.settings(
+        tables, **_governed_top(), **{"schema.registry": {"url": schema_registry.url}}
+    )
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "users"))
+    records = await read_topic(env.bootstrap, env.topic("users"))
+    assert len({r.key for r in records}) == len(stored)
+    with Reader(schema_registry.url, "avro") as reader:
+        subject = f"{env.topic('users')}-value"
+        schema = orjson.loads(reader.client.get_latest_version(subject).schema.schema_str)
+        types = {f["name"]: f["type"] for f in schema["fields"]}
+        # Excluded and sensitive columns are not in the schema; hashed and masked are strings
+        # (active is a boolean column, masked it is "****").
+        assert not set(types) & {*SENSITIVE, "first_name"}
+        assert types["email"] == types["active"] == ["null", "string"]
+        for record in records:
+            assert record.key is not None
+            row = stored[record.key.decode()]
+            value = reader.value(env.topic("users"), record)
+            assert not set(value) & {*SENSITIVE, "first_name"}
+            assert value["email"] == (
+                hmac_hex(KEY.encode(), row["email"]) if row["email"] else None
+            )
+            assert value["active"] == (MASK if row["active"] else None)
+            assert value["user_name"] == row["user_name"]
