@@ -15,13 +15,16 @@ rows become records, how far a sweep may read and how a failure is explained are
 - :class:`ReconcileHooks`: what a table's key sweep (``engine.reconcile``) needs of its table.
 
 The two streams of one table share a :class:`SweepMark`, the only thing they know of each
-other. :func:`stream_hooks` builds the hooks of a generation.
+other. :func:`stream_hooks` gives, per stream of a generation, how to build its hooks around
+the stream's request path (``engine.snow_requests``), which its poller owns: every request a
+hook makes is retried and reported there, like the stream's pages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,21 +43,20 @@ from snowsource.core.deletes import (
     tombstone,
 )
 from snowsource.core.dictionary import raw
-from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.errors import ServiceNowError
 from snowsource.core.grants import Priority
 from snowsource.core.journal import ELEMENT_HEADER, PARENT_HEADER
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
-from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
-from snowsource.engine.ports import PageSource, Sink
+from snowsource.engine.ports import Sink
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
-from snowsource.runtime.retrying import Attempt, retrying
 
 UPSERT = (OPERATION_HEADER, b"upsert")
 # Ids per "which of these rows exist" request: a short URL however large the page.
@@ -173,15 +175,11 @@ class TableHooks(StreamHooks):
         self,
         spec: TableSpec,
         *,
-        client: PageSource,
-        retry: RetryPolicy,
-        stop: asyncio.Event,
+        requests: SnowRequests,
         mark: SweepMark | None = None,
     ) -> None:
         super().__init__(spec, _shaper(spec))
-        self._client = client
-        self._retry = retry
-        self._stop = stop
+        self._requests = requests
         self._mark = mark
         # Columns seen in rows and looked up already: a column the dictionary does not list
         # (a dot-walked field, a column without a dictionary row) is asked about once.
@@ -216,27 +214,13 @@ class TableHooks(StreamHooks):
     async def _read_columns(self, seen: Iterable[str]) -> None:
         typed = self._typed
         assert typed is not None
-        async for attempt in retrying(
-            self._retry,
-            self._stop,
-            retry_if=lambda exc: isinstance(exc, RetriableError),
-            on_retry=self._retrying,
-        ):
-            with attempt:
-                found = await read_columns(self._client, self.spec.name, label=self.spec.alias)
+        # Each request of the walk is retried on its own: a failure does not restart the walk.
+        client = self._requests.getter("the table's dictionary")
+        found = await read_columns(client, self.spec.name, label=self.spec.alias)
         typed.columns.clear()
         typed.columns.update(found)
         self._looked_up.update(seen)
         self._log.info("table columns read", columns=len(found))
-
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
-        metrics.RETRIES.labels(table=self.spec.alias).inc()
-        self._log.warning(
-            "reading the table's dictionary failed; retrying",
-            error=str(attempt.error),
-            attempt=attempt.number + 1,
-            retry_in=round(delay, 2),
-        )
 
     def cap(self, hi: str) -> str | None:
         # Timestamps have whole seconds: with a safety lag under one second, a row deleted in
@@ -267,13 +251,10 @@ class DeleteHooks(StreamHooks):
         spec: TableSpec,
         *,
         mark: SweepMark,
-        client: PageSource,
-        retry: RetryPolicy,
-        stop: asyncio.Event,
+        requests: SnowRequests,
     ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
-        self._client = client
         shaper = TombstoneShaper(
             display_value="false",
             exclude_reference_link=True,
@@ -284,9 +265,7 @@ class DeleteHooks(StreamHooks):
         super().__init__(spec, shaper)
         self._mark = mark
         self._base = base
-        self._client = client
-        self._retry = retry
-        self._stop = stop
+        self._requests = requests
         self._log = structlog.get_logger("snowsource.engine.streams").bind(
             table=spec.alias, snow_table=AUDIT_TABLE
         )
@@ -301,16 +280,10 @@ class DeleteHooks(StreamHooks):
         spec = self.spec
         # A page of the stream's own shape, for the very first second it could read: the
         # refusal is the same, and the instance reads (almost) nothing.
+        # One attempt: the stream's own pages retry; only a refusal is worth failing early.
         start = Position(spec.start_timestamp, "")
-        try:
-            await self._client.get_page(
-                spec.name,
-                page_params(spec, start, spec.start_timestamp, 1),
-                label=spec.alias,
-                priority=Priority.DERIVED,
-            )
-        except RetriableError:
-            return  # the stream's own pages retry; only a refusal is worth failing early
+        params = page_params(spec, start, spec.start_timestamp, 1)
+        await self._requests.once(spec.name, params, priority=Priority.DERIVED)
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
@@ -339,29 +312,13 @@ class DeleteHooks(StreamHooks):
 
     async def _existing(self, keys: list[str]) -> set[str]:
         base = self._base
-        async for attempt in retrying(
-            self._retry,
-            self._stop,
-            retry_if=lambda exc: isinstance(exc, RetriableError),
-            on_retry=self._retrying,
-        ):
-            with attempt:
-                page = await self._client.get_page(
-                    base.name,
-                    current_rows_params(base, keys),
-                    label=self.spec.alias,
-                    priority=Priority.DERIVED,
-                )
-        return {raw(row, base.id_field) for row in page.rows}
-
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
-        metrics.RETRIES.labels(table=self.spec.alias).inc()
-        self._log.warning(
-            "asking the table whether deleted rows exist again failed; retrying",
-            error=str(attempt.error),
-            attempt=attempt.number + 1,
-            retry_in=round(delay, 2),
+        page = await self._requests.get(
+            base.name,
+            current_rows_params(base, keys),
+            priority=Priority.DERIVED,
+            asking="whether deleted rows exist again",
         )
+        return {raw(row, base.id_field) for row in page.rows}
 
     def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.
@@ -419,29 +376,43 @@ class ReconcileHooks(StreamHooks):
         self.mark = mark
 
 
-def stream_hooks(
-    specs: Iterable[TableSpec], *, client: PageSource, retry: RetryPolicy, stop: asyncio.Event
-) -> dict[str, StreamHooks]:
-    """The hooks of one generation's streams by alias; a table and the derived streams that
-    wait for its sweeps (deletes, reconcile) share a mark."""
+#: Builds a stream's hooks around the request path its poller owns.
+HooksFactory = Callable[[SnowRequests], StreamHooks]
+
+
+def stream_hooks(specs: Iterable[TableSpec]) -> dict[str, HooksFactory]:
+    """How to build the hooks of one generation's streams, by alias; a table and the derived
+    streams that wait for its sweeps (deletes, reconcile) share a mark."""
     specs = list(specs)
     marks = {
         spec.base.alias: SweepMark()
         for spec in specs
         if spec.base is not None and spec.stream in ("deletes", "reconcile")
     }
-    hooks: dict[str, StreamHooks] = {}
+    hooks: dict[str, HooksFactory] = {}
     for spec in specs:
         if spec.base is not None and spec.stream == "deletes":
-            hooks[spec.alias] = DeleteHooks(
-                spec, mark=marks[spec.base.alias], client=client, retry=retry, stop=stop
-            )
+            hooks[spec.alias] = functools.partial(_delete_hooks, spec, marks[spec.base.alias])
         elif spec.base is not None and spec.stream == "reconcile":
-            hooks[spec.alias] = ReconcileHooks(spec, mark=marks[spec.base.alias])
+            hooks[spec.alias] = _asks_nothing(ReconcileHooks(spec, mark=marks[spec.base.alias]))
         elif spec.stream == "journal":
-            hooks[spec.alias] = JournalHooks(spec)
+            hooks[spec.alias] = _asks_nothing(JournalHooks(spec))
         else:
-            hooks[spec.alias] = TableHooks(
-                spec, client=client, retry=retry, stop=stop, mark=marks.get(spec.alias)
-            )
+            hooks[spec.alias] = functools.partial(_table_hooks, spec, marks.get(spec.alias))
     return hooks
+
+
+def _asks_nothing(hooks: StreamHooks) -> HooksFactory:
+    def built(requests: SnowRequests) -> StreamHooks:
+        del requests  # these hooks send no request of their own
+        return hooks
+
+    return built
+
+
+def _delete_hooks(spec: TableSpec, mark: SweepMark, requests: SnowRequests) -> StreamHooks:
+    return DeleteHooks(spec, mark=mark, requests=requests)
+
+
+def _table_hooks(spec: TableSpec, mark: SweepMark | None, requests: SnowRequests) -> StreamHooks:
+    return TableHooks(spec, requests=requests, mark=mark)

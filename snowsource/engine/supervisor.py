@@ -43,7 +43,9 @@ from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, Sh
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
 from snowsource.engine.poller import Poller
+from snowsource.engine.ports import PageSource
 from snowsource.engine.reconcile import ReconcilePoller
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import stream_hooks
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
@@ -314,7 +316,7 @@ class Daemon:
         # the owned tables' (in group mode every configured table's, any may be ours later).
         store = parts.offset_store(topics, allow_full_replay=self._allow_full_replay)
         watch = parts.topic_watch(topics)
-        probe = StartupProbe(self._clock, client, self.specs[0]) if self.specs else None
+        probe = self._startup_probe(client)
         kafka = parts.kafka_probe(lambda: self.sink)
         stack.push_async_callback(self._close_probe, kafka)
         # Closed in reverse order, each whether or not its start got far: close copes with that.
@@ -435,6 +437,15 @@ class Daemon:
             self._target = target
             return problems
 
+    def _startup_probe(self, client: PageSource) -> StartupProbe | None:
+        """The process's first request, through the request path of the first table."""
+        if not self.specs:
+            return None
+        spec = self.specs[0]
+        # Closing the probe cancels it; no stop event of a generation exists yet.
+        requests = SnowRequests(client, alias=spec.alias, retry=self._retry, stop=asyncio.Event())
+        return StartupProbe(self._clock, requests, spec)
+
     def _build_pollers(
         self, specs: list[TableSpec], stop: StopSignal, pages: PageBudget
     ) -> dict[str, Poller]:
@@ -443,7 +454,7 @@ class Daemon:
         opened = self._opened
         assert opened is not None
         client = opened.client
-        hooks = stream_hooks(specs, client=client, retry=self._retry, stop=stop.event)
+        hooks = stream_hooks(specs)
         pollers: dict[str, Poller] = {}
         for spec in specs:
             deliveries = opened.deliveries

@@ -112,3 +112,23 @@ def test_no_product_function_is_longer_than_a_screen(path: Path) -> None:
     assert not long, (
         f"{path.relative_to(PACKAGE)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
     )
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    return [
+        f"{node.func.attr}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in names
+    ]
+
+
+@pytest.mark.parametrize("path", _modules("engine"), ids=lambda p: p.name)
+def test_the_engine_asks_servicenow_through_one_request_path(path: Path) -> None:
+    """SPEC §15.3: one retry policy for every ServiceNow request, so one module sends them."""
+    if path.name == "snow_requests.py":
+        assert _calls(path, {"get_page"}), "the request path sends the requests"
+        return
+    sent = _calls(path, {"get_page", "get_json"})
+    assert not sent, f"engine/{path.name} asks ServiceNow itself: {sent}"
