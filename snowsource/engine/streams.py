@@ -30,7 +30,6 @@ from typing import Any
 
 import structlog
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import (
     ACCESS_HINT,
@@ -52,6 +51,7 @@ from snowsource.core.records import RecordShaper, TombstoneShaper, TypedShaper
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
+from snowsource.engine.dictionary_reader import read_columns
 from snowsource.engine.ports import Sink
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.observability import metrics

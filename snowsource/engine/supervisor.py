@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import structlog
 
 from snowsource.adapters.kafka_probe import KafkaProbe
+from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.adapters.sink import RecordSink
@@ -33,6 +34,7 @@ from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
+from snowsource.core.offsets_codec import StoredEntry
 from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
@@ -53,10 +55,8 @@ from snowsource.engine.wiring import (
     Adapters,
     kafka_retries,
     owned_specs,
-    secret_value,
     snow_retry,
 )
-from snowsource.observability.logs import register_secrets
 from snowsource.runtime.aio import done_before, first_error, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
@@ -122,17 +122,10 @@ class Daemon:
         self._retry = snow_retry(settings)
         self._kafka_retry = kafka_retries(settings)
         self._tasks = TaskSet(self._generation_crashed)
+        # Fences a second process of this task.id (static) or carries the table assignor
+        # (group); opened with the other resources.
+        self._membership: GroupMembership | None = None
         self._mode = self._tables_mode()
-        register_secrets(
-            secret_value(s)
-            for s in (
-                settings.snow.auth.password,
-                settings.snow.auth.oauth_client_secret,
-                settings.snow.auth.api_key,
-                settings.kafka.sasl_password,
-                settings.rest.auth_token,
-            )
-        )
 
     def _tables_mode(self) -> TablesMode:
         slots = page_slots(self.settings.snow.http.max_concurrent_requests)
@@ -146,9 +139,11 @@ class Daemon:
                 tasks=self._tasks,
                 page_slots=slots,
                 stop_timeout=self.settings.shutdown_timeout_seconds,
+                join=self._join,
                 on_members=self._share_budget,
             )
             return GroupTables(owner)
+        self._membership = self._adapters.static_membership(self._fenced)
         return StaticTables(
             self.specs,
             build=self._build_pollers,
@@ -251,6 +246,10 @@ class Daemon:
         opened = self._opened
         return self._kafka_ready and opened is not None and await opened.probe.reachable()
 
+    async def read_offsets(self) -> list[StoredEntry]:
+        """The connector's records in the offsets topic, read now (REST's GET offsets)."""
+        return await self._adapters.read_offsets()
+
     async def kafka_cluster_id(self) -> str | None:
         """The Kafka cluster id (None when Kafka does not answer)."""
         return await self._adapters.cluster_id()
@@ -345,12 +344,17 @@ class Daemon:
         self._opened.deliveries = await self._open(stack, deliveries)
         if self._api_factory is not None:
             self._api = await self._open(stack, self._api_factory(self))
-        await self._open(
-            stack,
-            self._mode.membership(parts, worker_id=self._worker_id, on_fenced=self._fenced),
-        )
+        if self._membership is not None:
+            await self._open(stack, self._membership)
         # Closed first: whatever generation is still running at the end is cancelled.
         stack.push_async_callback(self._close, self._tasks)
+
+    def _join(self, owner: GroupOwner) -> GroupMembership:
+        """The group membership of ``owner`` (built while the owner is constructed)."""
+        self._membership = self._adapters.group_membership(
+            owner, worker_id=self._worker_id, on_fenced=self._fenced
+        )
+        return self._membership
 
     def _worker_id(self) -> str:
         """This process's REST worker id (``host:port``), or its host name without REST."""

@@ -1,7 +1,12 @@
 """From configuration to the objects the engine runs: Kafka connection, ServiceNow credentials,
 table specs, which tables this task owns, and every adapter the daemon runs (``Adapters``).
 Shared by the daemon, REST, ``check`` and the offsets script, so they all see a table the same
-way."""
+way.
+
+Every connection is built from the configuration here (``kafka_connection``, ``snow_client``),
+and each first tells the redactor every secret the configuration holds (``register_config``,
+which walks the model): no secret can be sent before the logs know to hide it, and no one lists
+secrets by hand."""
 
 from __future__ import annotations
 
@@ -12,9 +17,10 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
+from snowsource.adapters.group_protocol import TableAssignor
 from snowsource.adapters.kafka import KafkaConnection, admin_client, wait_for_kafka
 from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
-from snowsource.adapters.membership import GroupMembership
+from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
@@ -22,15 +28,18 @@ from snowsource.adapters.topic_keys import TopicKeys
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
 from snowsource.config.models import Backoff, Settings, TableConfig
+from snowsource.config.redaction import redacted_dict
 from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.journal import journal_stream_spec
-from snowsource.core.offsets_codec import legacy_partition_for, partition_for
+from snowsource.core.offsets_codec import StoredEntry, legacy_partition_for, partition_for
 from snowsource.core.query import normalise_query
 from snowsource.core.reconcile import reconcile_spec
 from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.engine.facade import ApiOptions
+from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.topic_watch import TopicWatch
 from snowsource.engine.txn_delivery import (
     Deliveries,
@@ -39,6 +48,7 @@ from snowsource.engine.txn_delivery import (
     transactional_producer,
 )
 from snowsource.observability import metrics
+from snowsource.observability.redact import register_config
 
 log = structlog.get_logger("snowsource.engine.wiring")
 
@@ -50,6 +60,7 @@ def secret_value(value: Any) -> str | None:
 
 def kafka_connection(settings: Settings, *, client_id: str = "snowsource") -> KafkaConnection:
     """The aiokafka connection settings of this configuration."""
+    register_config(settings)
     k = settings.kafka
     return KafkaConnection(
         bootstrap_servers=k.bootstrap_servers,
@@ -97,6 +108,7 @@ def snow_client(
     on_response: Callable[[str, int, float], None] | None = None,
 ) -> ServiceNowClient:
     """The ServiceNow client of this configuration (the daemon's and ``check``'s)."""
+    register_config(settings)
     http = settings.snow.http
     return ServiceNowClient(
         settings.snow.url,
@@ -219,6 +231,27 @@ def connector_specs(settings: Settings) -> list[TableSpec]:
     ]
 
 
+def api_options(settings: Settings) -> ApiOptions:
+    """What the REST API needs of this configuration (it reads nothing else of it)."""
+    register_config(settings)
+    rest = settings.rest
+    token = rest.auth_token
+    return ApiOptions(
+        name=settings.name,
+        task_id=settings.task_id,
+        tasks_max=settings.tasks_max,
+        host=rest.host,
+        port=rest.port,
+        console=rest.console,
+        shutdown_timeout_seconds=settings.shutdown_timeout_seconds,
+        health_unready_after_seconds=settings.health_unready_after_seconds,
+        config=redacted_dict(settings),
+        all_specs=tuple(connector_specs(settings)),
+        owners=table_owners(settings),
+        token=token.get_secret_value() if token is not None else None,
+    )
+
+
 def table_deliveries(
     settings: Settings, conn: KafkaConnection, store: OffsetsTopic, retry: RetryPolicy
 ) -> Deliveries:
@@ -330,6 +363,13 @@ class Adapters:
             configs=s.topic_creation_configs,
         )
 
+    async def read_offsets(self) -> list[StoredEntry]:
+        """The connector's records, read from the offsets topic now by a reader of their own:
+        reloading the daemon's store under running pollers could drop an offset one of them
+        writes meanwhile."""
+        async with offsets_reader(self.settings) as reader:
+            return reader.entries()
+
     async def cluster_id(self) -> str | None:
         """The Kafka cluster id; None when Kafka does not answer within 10 s."""
         try:
@@ -340,6 +380,35 @@ class Adapters:
             return None
         found = cluster.get("cluster_id")
         return str(found) if found else None
+
+    def group_membership(
+        self,
+        owner: GroupOwner,
+        *,
+        worker_id: Callable[[], str],
+        on_fenced: Callable[[str], None],
+    ) -> GroupMembership:
+        """``tasks.assignment: group``: this member's membership, carrying the table assignor
+        that reports ``owner``'s tables to the group and hands it each round's plan."""
+        s = self.settings
+        assignor = TableAssignor(
+            key=owner.key,
+            aliases=owner.aliases,
+            worker_id=worker_id,
+            running=owner.running,
+            on_view=owner.on_view,
+            active=owner.active,
+        )
+        return GroupMembership(
+            self.conn,
+            connector=s.name,
+            task_id=GROUP_TASK_ID,
+            topic=s.offset_storage_topic,
+            on_fenced=on_fenced,
+            assignor=assignor,
+            session_timeout_ms=s.group_session_timeout_ms,
+            on_lost=owner.on_lost,
+        )
 
     def static_membership(self, on_fenced: Callable[[str], None]) -> GroupMembership:
         """``tasks.assignment: static``: the membership that fences a second ``task.id``."""
