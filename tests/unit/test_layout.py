@@ -40,7 +40,7 @@ ADAPTER_IMPORTS_LEFT = {
     # aiokafka's retriable flag (plus its client-side timeout) as the one Kafka error rule.
     "committer.py": {"snowsource.adapters.kafka"},
     "reconcile.py": {"snowsource.adapters.kafka"},
-    "resume.py": {"snowsource.adapters.kafka", "snowsource.adapters.topic_tail"},
+    "resume.py": {"snowsource.adapters.kafka"},
     # Watches the output topics with an admin client of its own.
     "topic_watch.py": {"snowsource.adapters.kafka"},
     # The exactly-once delivery drives a transactional producer per table.
