@@ -8,13 +8,14 @@ and ``adapters.offset_store.OffsetStore``; tests of the poller's own logic pass 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.tableapi import Page
+from snowsource.runtime.deadline import Deadline
 
 
 class PageSource(Protocol):
@@ -43,6 +44,16 @@ class Sink(Protocol):
     async def send_page(
         self, topic: str, records: Sequence[PageRecordLike], *, headers: Headers | None = None
     ) -> asyncio.Future[PageAck]: ...
+
+
+class TopicLookup(Protocol):
+    """Which topics the cluster no longer has (``adapters.topic_lookup.TopicLookup``)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self, deadline: Deadline | None = None) -> None: ...
+
+    async def deleted(self, topics: Collection[str]) -> dict[str, bool]: ...
 
 
 class OffsetsStore(Protocol):

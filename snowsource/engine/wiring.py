@@ -25,6 +25,7 @@ from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_keys import TopicKeys
+from snowsource.adapters.topic_lookup import TopicLookup
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.config.fields import AuthType, TasksAssignment
 from snowsource.config.models import Backoff, Settings, TableConfig
@@ -328,7 +329,7 @@ class Adapters:
 
     def topic_watch(self, topics: list[str]) -> TopicWatch:
         """Watches the output topics for deletion while the tables run."""
-        return TopicWatch(self.conn, topics)
+        return TopicWatch(TopicLookup(self.conn), topics)
 
     def topic_tail(self) -> TopicTail:
         """Reads a table's output topic back at a restart (the dedup rebuild)."""

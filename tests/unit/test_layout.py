@@ -41,8 +41,6 @@ ADAPTER_IMPORTS_LEFT = {
     "committer.py": {"snowsource.adapters.kafka"},
     "reconcile.py": {"snowsource.adapters.kafka"},
     "resume.py": {"snowsource.adapters.kafka"},
-    # Watches the output topics with an admin client of its own.
-    "topic_watch.py": {"snowsource.adapters.kafka"},
     # The exactly-once delivery drives a transactional producer per table.
     "txn_delivery.py": {
         "snowsource.adapters.kafka",
