@@ -46,7 +46,8 @@ from snowsource.core.table_status import TableStatus
 from snowsource.engine.reconcile import KeySweep
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import SweepMark
-from snowsource.engine.wiring import kafka_connection, snow_client, table_spec
+from snowsource.engine.table_specs import table_spec
+from snowsource.engine.wiring import kafka_connection, snow_client
 from snowsource.runtime.deadline import StopSignal
 
 

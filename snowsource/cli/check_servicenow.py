@@ -34,7 +34,8 @@ from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page, probe_params, sample_params, user_params
 from snowsource.core.timestamps import is_valid_ts
-from snowsource.engine.wiring import snow_client, stream_specs
+from snowsource.engine.table_specs import stream_specs
+from snowsource.engine.wiring import snow_client
 
 __all__ = ["display_offsets", "snow_checks"]
 

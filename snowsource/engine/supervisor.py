@@ -49,14 +49,10 @@ from snowsource.engine.ports import PageSource
 from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import stream_hooks
+from snowsource.engine.table_specs import owned_specs
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
-from snowsource.engine.wiring import (
-    Adapters,
-    kafka_retries,
-    owned_specs,
-    snow_retry,
-)
+from snowsource.engine.wiring import Adapters, kafka_retries, snow_retry
 from snowsource.runtime.aio import done_before, first_error, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource

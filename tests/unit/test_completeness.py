@@ -29,7 +29,7 @@ from snowsource.core.retry import RetryPolicy
 from snowsource.core.tableapi import Page
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import JournalHooks, ReconcileHooks, TableHooks, stream_hooks
-from snowsource.engine.wiring import stream_specs
+from snowsource.engine.table_specs import stream_specs
 
 
 class _NoSnow:

@@ -41,12 +41,9 @@ ADAPTER_IMPORTS_LEFT = {
     "committer.py": {"snowsource.adapters.kafka"},
     "reconcile.py": {"snowsource.adapters.kafka"},
     "resume.py": {"snowsource.adapters.kafka"},
-    # The exactly-once delivery drives a transactional producer per table.
-    "txn_delivery.py": {
-        "snowsource.adapters.kafka",
-        "snowsource.adapters.membership",
-        "snowsource.adapters.txn_producer",
-    },
+    # The exactly-once delivery drives a transactional producer per table (and tells a fence
+    # by its error).
+    "txn_delivery.py": {"snowsource.adapters.kafka", "snowsource.adapters.txn_producer"},
 }
 #: The longest a product function may be, in lines from ``def`` to its end, its docstring
 #: counted as ruff counts it (PLR0915 counts a docstring as a statement; it counts statements,

@@ -35,7 +35,7 @@ from snowsource.engine.streams import (
     TableHooks,
     stream_hooks,
 )
-from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
+from snowsource.engine.table_specs import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
 from tests.fakes import FakeSink, make_spec
