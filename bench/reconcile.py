@@ -44,8 +44,10 @@ from snowsource.core.reconcile import KEY_PAGE_SIZE, fresh_sweep, key_query, rec
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table_status import TableStatus
 from snowsource.engine.reconcile import KeySweep
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import SweepMark
-from snowsource.engine.wiring import kafka_connection, snow_client, table_spec
+from snowsource.engine.table_specs import table_spec
+from snowsource.engine.wiring import kafka_connection, snow_client
 from snowsource.runtime.deadline import StopSignal
 
 
@@ -141,14 +143,15 @@ async def _sweep(settings: Settings, *, trace: bool) -> dict[str, Any]:
     mark = SweepMark()
     mark.completed("9999-12-31 23:59:59")  # the table's stream is not part of this run
     store = _Offsets()
+    retry, stop = RetryPolicy(0.1, 1.0), StopSignal()
     async with snow_client(settings) as client, RecordSink(conn) as sink:
         sweep = KeySweep(
             spec,
-            client=client,
+            requests=SnowRequests(client, alias=spec.alias, retry=retry, stop=stop.event),
             sink=sink,
             store=store,
-            retry=RetryPolicy(0.1, 1.0),
-            stop=StopSignal(),
+            retry=retry,
+            stop=stop,
             mark=mark,
             keys=TopicKeys(conn),
             status=TableStatus(),

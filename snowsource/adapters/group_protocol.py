@@ -16,7 +16,6 @@ it was given), because its metadata depends on this process's state.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import orjson
 import structlog
@@ -27,47 +26,13 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from snowsource.core.group_plan import plan
+from snowsource.core.group_plan import GroupView, MemberReport, member_key, plan
 
 __all__ = ["GroupView", "MemberReport", "TableAssignor", "member_key"]
 
 log = structlog.get_logger("snowsource.adapters.group_protocol")
 
 _FORMAT = 1
-
-
-def member_key(host: str, pid: int, started_ms: int, nonce: str) -> str:
-    """A member's key in the plan: stable across its rejoins, unique among live members (the
-    nonce tells apart two members of one process started in the same millisecond)."""
-    return f"{host}/{pid}/{started_ms}/{nonce}"
-
-
-@dataclass(frozen=True)
-class MemberReport:
-    """What one member said when it joined: its REST worker id, the tables it ran, and
-    whether it runs what it is given (False while an operator stopped it)."""
-
-    worker_id: str
-    running: tuple[str, ...]
-    active: bool = True
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """One round of the group as the leader planned it, identical on every member."""
-
-    owners: Mapping[str, str | None]
-    members: Mapping[str, MemberReport] = field(default_factory=dict)
-
-    def tables_of(self, key: str) -> set[str]:
-        """The tables the plan gives to member ``key``."""
-        return {alias for alias, owner in self.owners.items() if owner == key}
-
-    def worker_of(self, alias: str) -> str | None:
-        """The REST worker id of ``alias``'s owner, None while it is withheld or unknown."""
-        owner = self.owners.get(alias)
-        report = self.members.get(owner) if owner is not None else None
-        return report.worker_id if report is not None else None
 
 
 def encode_metadata(

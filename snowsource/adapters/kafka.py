@@ -31,7 +31,7 @@ from aiokafka.helpers import create_ssl_context
 
 from snowsource.core.errors import SnowsourceError
 from snowsource.core.retry import RetryPolicy
-from snowsource.observability.redact import redact, register_credentials
+from snowsource.observability.redact import redact
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.retrying import Attempt, DeadlineExceededError, retrying
 
@@ -162,7 +162,6 @@ class KafkaConnection:
                 cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
             )
         if self.security_protocol.startswith("SASL"):
-            register_credentials(self.sasl_username, self.sasl_password)
             kwargs["sasl_mechanism"] = self.sasl_mechanism or "PLAIN"
             kwargs["sasl_plain_username"] = self.sasl_username
             kwargs["sasl_plain_password"] = self.sasl_password

@@ -29,6 +29,7 @@ from snowsource.core.errors import (
     SchemaNotFoundError,
     SchemaRefusedError,
 )
+from snowsource.core.value_schema import Registered
 from snowsource.observability import metrics
 
 CONTENT_TYPE: Final = "application/vnd.schemaregistry.v1+json"
@@ -51,16 +52,6 @@ class RegistryConnection:
     token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     timeout_seconds: float = 10.0
-
-
-@dataclass(frozen=True)
-class Registered:
-    """A schema as the registry holds it: its global ``id``, its ``version`` under the subject
-    (None when the answer did not say) and its text."""
-
-    id: int
-    version: int | None = None
-    schema: str = ""
 
 
 def _message(body: bytes) -> str:

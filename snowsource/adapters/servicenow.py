@@ -7,8 +7,9 @@
   requesters), is shared by every table of the process: the limit is per instance (SPEC §14.1).
 - Secrets (passwords, client secrets, API keys, tokens) never appear in an exception message or
   in anything the client logs; an ``Authorization`` header is only ever handed to aiohttp. The
-  client registers each with the redactor (tokens as soon as they are issued), and every message
-  built from a server's or a library's text passes through it.
+  configured ones are known to the redactor from the configuration walk (``engine.wiring``
+  registers them before it builds a client), the tokens the instance issues as soon as they are
+  issued, and every message built from a server's or a library's text passes through it.
 - Bodies are streamed with a limit (``max_response_bytes``): memory stays bounded whatever the
   server sends, and a page over the limit is a ``ResponseTooLargeError`` (halve the page).
 """
@@ -35,7 +36,6 @@ from snowsource.adapters.snow_auth import (
     BasicAuth,
     FormAnswer,
     OAuth2Auth,
-    register_auth_secrets,
 )
 from snowsource.adapters.snow_classify import (
     Invalid,
@@ -180,7 +180,6 @@ class ServiceNowClient(AsyncResource):
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._auth = Authenticator(auth, base_url=self._base_url, post=self._post_form)
-        register_auth_secrets(auth, proxy)
 
     @property
     def base_url(self) -> str:

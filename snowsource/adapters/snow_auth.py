@@ -15,14 +15,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import SecretStr
 
 from snowsource.adapters.snow_classify import Invalid, classify, is_json_type, loads
 from snowsource.core.errors import AuthError
-from snowsource.observability.redact import register_credentials, register_secret
+from snowsource.observability.redact import register_secret
 
 __all__ = [
     "ApiKeyAuth",
@@ -31,7 +30,6 @@ __all__ = [
     "BasicAuth",
     "FormAnswer",
     "OAuth2Auth",
-    "register_auth_secrets",
 ]
 
 # A token is renewed this long before the instance says it expires, so a request never leaves
@@ -224,18 +222,3 @@ def _lifetime(value: Any) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         return DEFAULT_TOKEN_LIFETIME_SECONDS
     return seconds
-
-
-def register_auth_secrets(auth: Auth, proxy: str | None) -> None:
-    """Tell the redactor every secret this client will ever send."""
-    if isinstance(auth, BasicAuth):
-        register_credentials(auth.username, auth.password.get_secret_value())
-    elif isinstance(auth, ApiKeyAuth):
-        register_secret(auth.api_key.get_secret_value())
-    elif isinstance(auth, OAuth2Auth):
-        register_secret(auth.client_secret.get_secret_value())
-        if auth.password is not None:
-            register_credentials(auth.username, auth.password.get_secret_value())
-    if proxy is not None:
-        parts = urlsplit(proxy)
-        register_credentials(parts.username, parts.password)

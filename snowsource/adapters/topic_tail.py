@@ -42,7 +42,7 @@ from snowsource.adapters.kafka import (
     high_watermarks,
     start_fully,
 )
-from snowsource.core.dedup import digest
+from snowsource.core.dedup import EmittedRecord, TailResult, digest
 from snowsource.core.deletes import AUDIT_ID_HEADER, DELETE, OPERATION_HEADER
 from snowsource.core.outbound import (
     INSTANCE_HEADER,
@@ -65,25 +65,6 @@ class TailStalledError(KafkaError):  # type: ignore[misc]
     """A partition's read stood still: the broker stopped answering. Retried by the caller."""
 
     retriable = True
-
-
-@dataclass(frozen=True)
-class EmittedRecord:
-    """One record of the table found in its topic: what the dedup cache remembers."""
-
-    id: str
-    ts: str
-    digest: bytes
-    produced_ms: int = 0  # the record's Kafka timestamp: when it was produced
-
-
-@dataclass
-class TailResult:
-    """Records of the window in produce order per partition, and what reading them cost."""
-
-    records: list[EmittedRecord]
-    scanned: int
-    complete: bool  # False when the scan cap stopped a partition before the window's start
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ class ConnectorActions:
         running = ctx.daemon.statuses()
         if running:
             ctx.last_status = running
-        deadline = Deadline.after(ctx.settings.shutdown_timeout_seconds)
+        deadline = Deadline.after(ctx.options.shutdown_timeout_seconds)
         return await ctx.daemon.stop_pollers(deadline, target=target)
 
     async def _start_pollers(self) -> None:

@@ -1,4 +1,4 @@
-"""What every handler of one REST server shares: the connector, its settings and the guards.
+"""What every handler of one REST server shares: the connector, its options and the guards.
 
 The guards are the rules every operator action obeys: the connector name must match (each call
 answers with Connect's own 404 wording), actions wait until the daemon started its pollers, and
@@ -15,11 +15,9 @@ from typing import Final
 from aiohttp import web
 
 from snowsource.api.errors import NOT_FOUND_MESSAGE, SHUTTING_DOWN, RestError
-from snowsource.config.models import Settings
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableStatus
-from snowsource.engine.facade import EngineFacade
-from snowsource.engine.wiring import connector_specs, table_owners
+from snowsource.engine.facade import ApiOptions, EngineFacade
 from snowsource.runtime.aio import done_before
 
 __all__ = ["WILDCARD_HOSTS", "ApiContext"]
@@ -30,14 +28,14 @@ WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - recogni
 class ApiContext:
     """The state one REST server's handlers share."""
 
-    def __init__(self, control: EngineFacade, settings: Settings) -> None:
+    def __init__(self, control: EngineFacade, options: ApiOptions) -> None:
         self.daemon = control
-        self.settings = settings
-        self.name = settings.name
+        self.options = options
+        self.name = options.name
         # Every configured table, not only this task's: PATCH must recognise (and refuse)
         # partitions another task owns, and GET classifies against the whole configuration.
-        self.all_specs: list[TableSpec] = connector_specs(settings)
-        self.owners = table_owners(settings)
+        self.all_specs: list[TableSpec] = list(options.all_specs)
+        self.owners = options.owners
         # One operator action at a time: a PATCH must never interleave with a resume.
         self.lock = asyncio.Lock()
         # The tables' status when their pollers were last stopped, shown while none runs.
@@ -50,7 +48,7 @@ class ApiContext:
         """``host:port`` as Connect's ``worker_id``."""
         if self.port is None:
             raise RuntimeError("the REST server is not started")
-        host = self.settings.rest.host
+        host = self.options.host
         if host in WILDCARD_HOSTS:
             host = socket.gethostname()
         return f"{host}:{self.port}"

@@ -75,7 +75,7 @@ class HealthHandlers:
     async def _readiness(self) -> tuple[dict[str, object], list[str]]:
         """The checks, and what is missing (nothing when ready)."""
         daemon = self._ctx.daemon
-        unready_after = self._ctx.settings.health_unready_after_seconds
+        unready_after = self._ctx.options.health_unready_after_seconds
         store = daemon.offsets
         pollers = daemon.statuses()
         kafka = await daemon.kafka_reachable()

@@ -34,7 +34,6 @@ from snowsource.core.offsets_plan import (
     validate_changes,
 )
 from snowsource.engine.facade import ConnectorState, OffsetsAdmin
-from snowsource.engine.wiring import offsets_reader
 
 __all__ = ["OffsetsHandlers"]
 
@@ -60,7 +59,8 @@ class OffsetsHandlers:
         own = ctx.daemon.offsets
         listing = connect_listing(
             ctx.name,
-            await self._fresh_entries(),
+            # Read from the topic now, like Connect's GET.
+            await ctx.daemon.read_offsets(),
             ctx.all_specs,
             # Partitions this process reset and has not read since: Connect lists them too.
             deleted=own.deleted_since_load() if own is not None else (),
@@ -69,15 +69,6 @@ class OffsetsHandlers:
         # two calls diff cleanly.
         listing["offsets"].sort(key=_by_table)
         return json_response(listing)
-
-    async def _fresh_entries(self) -> list[StoredEntry]:
-        """This connector's records, read from the topic now, like Connect's GET.
-
-        A separate reader: reloading the daemon's own store under running pollers could drop
-        an offset one of them writes meanwhile.
-        """
-        async with offsets_reader(self._ctx.settings) as reader:
-            return reader.entries()
 
     async def patch(self, request: web.Request) -> web.Response:
         """``PATCH offsets``: validated, then written under the canonical keys."""
@@ -160,7 +151,7 @@ class OffsetsHandlers:
             changes = validate_changes(parse_offsets_document(document), ctx.all_specs)
         except OffsetError as exc:
             raise RestError(400, str(exc)) from None
-        s = ctx.settings
+        s = ctx.options
         problems = []
         for i, change in enumerate(changes):
             owner = self._owner_of(change.partition)
@@ -212,7 +203,7 @@ class OffsetsHandlers:
     def _may_reset(self, partition: Mapping[str, object]) -> bool:
         """DELETE touches this task's tables; partitions no configured table uses (orphaned,
         stale, foreign) belong to task 0, so a DELETE on every task resets everything."""
-        settings = self._ctx.settings
+        settings = self._ctx.options
         if settings.tasks_max == 1:
             return True
         owner = self._owner_of(SourcePartition.from_mapping(partition))

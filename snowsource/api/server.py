@@ -16,9 +16,7 @@ from snowsource.api.context import WILDCARD_HOSTS, ApiContext
 from snowsource.api.health import HealthHandlers
 from snowsource.api.offsets import OffsetsHandlers
 from snowsource.api.views import StatusViews
-from snowsource.config.models import Settings
-from snowsource.engine.facade import EngineFacade
-from snowsource.observability.redact import register_secret
+from snowsource.engine.facade import ApiOptions, EngineFacade
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
@@ -31,16 +29,14 @@ class RestServer(AsyncResource):
     """The REST API of one connector's ``control``, served by aiohttp until closed.
 
     An async context manager; ``close`` is idempotent. ``port`` and ``url`` are known once
-    started (``rest.port: 0`` binds a free port).
+    started (``rest.port: 0`` binds a free port). ``options`` is all it knows of the
+    configuration (its token is known to the redactor from the configuration walk).
     """
 
-    def __init__(self, control: EngineFacade, settings: Settings) -> None:
-        self._settings = settings
-        token = settings.rest.auth_token
-        self._token = token.get_secret_value().encode() if token is not None else None
-        if token is not None:
-            register_secret(token.get_secret_value())
-        self._ctx = ApiContext(control, settings)
+    def __init__(self, control: EngineFacade, options: ApiOptions) -> None:
+        self._options = options
+        self._token = options.token.encode() if options.token is not None else None
+        self._ctx = ApiContext(control, options)
         self._views = StatusViews(self._ctx)
         self._actions = ConnectorActions(self._ctx, self._views)
         self._offsets = OffsetsHandlers(self._ctx)
@@ -51,14 +47,14 @@ class RestServer(AsyncResource):
 
     async def start(self) -> None:
         """Bind ``rest.host``:``rest.port`` and serve."""
-        rest = self._settings.rest
+        options = self._options
         # handle_signals=False: the daemon owns SIGTERM/SIGINT. No access log: ours never
         # touches headers (Authorization).
         runner = web.AppRunner(
             self.app,
             handle_signals=False,
             access_log=None,
-            shutdown_timeout=self._settings.shutdown_timeout_seconds,
+            shutdown_timeout=options.shutdown_timeout_seconds,
             # aiohttp arms this timer when a connection opens and only disarms it once the
             # request headers are complete: it bounds header read time (and idle keep-alive).
             keepalive_timeout=middleware.READ_TIMEOUT_SECONDS,
@@ -67,7 +63,7 @@ class RestServer(AsyncResource):
         await runner.setup()
         self._runner = runner
         try:
-            site = web.TCPSite(runner, rest.host, rest.port)
+            site = web.TCPSite(runner, options.host, options.port)
             await site.start()
         except BaseException:
             await self.close()
@@ -98,7 +94,7 @@ class RestServer(AsyncResource):
     @property
     def url(self) -> str:
         """Base URL a local client can use, e.g. ``http://127.0.0.1:8083``."""
-        host = self._settings.rest.host
+        host = self._options.host
         if host in WILDCARD_HOSTS:
             host = "127.0.0.1"
         elif ":" in host:
@@ -111,7 +107,7 @@ class RestServer(AsyncResource):
         return self._ctx.worker_id
 
     def _make_app(self) -> web.Application:
-        console = Console() if self._settings.rest.console else None
+        console = Console() if self._options.console else None
         open_paths = middleware.OPEN_PATHS | (console.paths if console else frozenset())
         app = web.Application(
             middlewares=[

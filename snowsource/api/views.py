@@ -19,7 +19,6 @@ from aiohttp import web
 from snowsource import __version__
 from snowsource.api.context import ApiContext
 from snowsource.api.errors import NO_STATUS_MESSAGE, json_response
-from snowsource.config.redaction import redacted_dict
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, decode_value
 from snowsource.core.table import TableSpec
@@ -112,9 +111,9 @@ class StatusViews:
         """Connect's ``ConnectorInfo``: this process's task; none while STOPPED (as Connect)."""
         ctx = self._ctx
         config: dict[str, str] = {"connector.class": CONNECTOR_CLASS}
-        flatten("", redacted_dict(ctx.settings), config)
+        flatten("", ctx.options.config, config)
         stopped = ctx.daemon.state == ConnectorState.STOPPED
-        tasks = [] if stopped else [{"connector": ctx.name, "task": ctx.settings.task_id}]
+        tasks = [] if stopped else [{"connector": ctx.name, "task": ctx.options.task_id}]
         return {"name": ctx.name, "config": config, "tasks": tasks, "type": "source"}
 
     def status(self) -> dict[str, object]:
@@ -139,7 +138,7 @@ class StatusViews:
             connector["trace"] = trace
         if state != ConnectorState.STOPPED:
             task: dict[str, object] = {
-                "id": ctx.settings.task_id,
+                "id": ctx.options.task_id,
                 "state": state.value,
                 "worker_id": worker,
                 "version": __version__,

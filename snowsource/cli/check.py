@@ -46,7 +46,8 @@ from snowsource.config.models import Settings
 from snowsource.core.errors import (
     ConfigError,
 )
-from snowsource.engine.wiring import kafka_connection, owned_specs, table_owners
+from snowsource.engine.table_specs import owned_specs, table_owners
+from snowsource.engine.wiring import kafka_connection
 from snowsource.observability.redact import redact
 
 __all__ = [

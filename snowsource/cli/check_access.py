@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from snowsource.adapters.dictionary_reader import child_classes, read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_governance import (
     sensitive_check,
@@ -26,6 +25,7 @@ from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page, stream_probe_params
+from snowsource.engine.dictionary_reader import child_classes, read_columns
 
 __all__ = ["access_checks", "probe_stream", "skipped_access"]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import probe_stream
 from snowsource.cli.check_report import CheckResult, Status
@@ -24,6 +23,7 @@ from snowsource.core.dictionary import raw
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.journal import JOURNAL_TABLE
 from snowsource.core.table import TableSpec
+from snowsource.engine.dictionary_reader import read_columns
 
 __all__ = ["completeness_checks", "skipped_completeness"]
 

@@ -9,13 +9,13 @@ A typed table's dictionary line already asks the same question (and FAILs on a r
 
 from __future__ import annotations
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import SensitiveFields, ValueFormat
 from snowsource.config.models import TableConfig
 from snowsource.core.errors import RetriableError, ServiceNowError, TableFailedError
 from snowsource.core.governance import SENSITIVE_TYPES
+from snowsource.engine.dictionary_reader import read_columns
 
 __all__ = ["sensitive_check", "sensitive_name", "wants_sensitive_check"]
 

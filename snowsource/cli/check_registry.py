@@ -9,7 +9,6 @@ as version N", or the registry's reason. Nothing is registered.
 
 from __future__ import annotations
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.schema_registry import RegistryClient
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
@@ -23,6 +22,7 @@ from snowsource.core.value_schema import (
     schema_type,
     subject_name,
 )
+from snowsource.engine.dictionary_reader import read_columns
 from snowsource.engine.wiring import registry_connection, snow_client
 
 REACHABLE = "schema registry reachable"

@@ -27,20 +27,23 @@ from snowsource.config.models import Settings, TableConfig
 from snowsource.core.errors import (
     AuthError,
     ConfigError,
-    RateLimitedError,
     RetriableError,
     ServiceNowError,
 )
+from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page, probe_params, sample_params, user_params
 from snowsource.core.timestamps import is_valid_ts
-from snowsource.engine.wiring import snow_client, stream_specs
+from snowsource.engine.table_specs import stream_specs
+from snowsource.engine.wiring import snow_client
 
 __all__ = ["display_offsets", "snow_checks"]
 
-# A check retries a transient ServiceNow answer (429, 5xx, timeout) a few times, not forever.
+# A check retries a transient ServiceNow answer (429, 5xx, timeout) a few times, not forever,
+# with the daemon's policy (full jitter, Retry-After obeyed) but never waiting long.
 _SNOW_ATTEMPTS: Final = 3
 _SNOW_MAX_WAIT: Final = 10.0
+_SNOW_RETRY: Final = RetryPolicy(0.5, _SNOW_MAX_WAIT)
 _TIMESTAMP_FORMAT: Final = "%Y-%m-%d %H:%M:%S"
 
 # Zone names that are UTC all year round (a zone like Europe/London is not: it has summer time).
@@ -96,12 +99,10 @@ async def _get(client: ServiceNowClient, table: str, params: dict[str, str]) -> 
         try:
             return await client.get_page(table, params)
         except RetriableError as exc:
-            attempt += 1
-            if attempt >= _SNOW_ATTEMPTS:
+            if attempt + 1 >= _SNOW_ATTEMPTS:
                 raise
-            wait = 0.5 * 2**attempt
-            if isinstance(exc, RateLimitedError) and exc.retry_after is not None:
-                wait = exc.retry_after
+            wait = _SNOW_RETRY.next_delay(attempt, getattr(exc, "retry_after", None))
+            attempt += 1
             await asyncio.sleep(min(wait, _SNOW_MAX_WAIT))
 
 

@@ -25,7 +25,8 @@ from snowsource.config.models import Settings
 from snowsource.core.errors import OffsetError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.wiring import connector_specs, kafka_connection
+from snowsource.engine.table_specs import connector_specs
+from snowsource.engine.wiring import kafka_connection
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1

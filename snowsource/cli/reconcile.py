@@ -45,7 +45,8 @@ from snowsource.core.reconcile import (
 )
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import scope_params
-from snowsource.engine.wiring import kafka_connection, snow_client, table_spec
+from snowsource.engine.table_specs import table_spec
+from snowsource.engine.wiring import kafka_connection, snow_client
 from snowsource.observability.redact import redact
 
 EXIT_EQUAL: Final = 0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from snowsource.config.models import Settings
 from snowsource.engine.supervisor import Daemon
-from snowsource.engine.wiring import Adapters
+from snowsource.engine.wiring import Adapters, api_options
 
 if TYPE_CHECKING:
     from snowsource.runtime.resource import AsyncResource
@@ -25,7 +25,7 @@ def _rest(daemon: Daemon) -> AsyncResource:
     # good part of start-up, and no ServiceNow request should wait for them.
     from snowsource.api.server import RestServer  # noqa: PLC0415  (see above)
 
-    return RestServer(daemon, daemon.settings)
+    return RestServer(daemon, api_options(daemon.settings))
 
 
 def compose(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from dataclasses import dataclass
 
 # Rebuild the heap when it holds more than this many nodes per live entry (plus a little slack
 # so tiny caches do not rebuild on every update).
@@ -107,3 +108,25 @@ class DedupCache:
     def _rebuild(self) -> None:
         self._heap = [(ts, seq, id_) for id_, (ts, _d, seq) in self._entries.items()]
         heapq.heapify(self._heap)
+
+
+# What a restart reads back from a table's topic to rebuild this cache (adapters.topic_tail).
+
+
+@dataclass(frozen=True)
+class EmittedRecord:
+    """One record of the table found in its topic: what the dedup cache remembers."""
+
+    id: str
+    ts: str
+    digest: bytes
+    produced_ms: int = 0  # the record's Kafka timestamp: when it was produced
+
+
+@dataclass
+class TailResult:
+    """Records of the window in produce order per partition, and what reading them cost."""
+
+    records: list[EmittedRecord]
+    scanned: int
+    complete: bool  # False when the scan cap stopped a partition before the window's start

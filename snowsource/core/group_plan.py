@@ -17,11 +17,45 @@ longer in the group, so its tables are assigned at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from snowsource.core.assignment import rendezvous_weight
 
-__all__ = ["GroupPlan", "owner_among", "plan"]
+__all__ = ["GroupPlan", "GroupView", "MemberReport", "member_key", "owner_among", "plan"]
+
+
+def member_key(host: str, pid: int, started_ms: int, nonce: str) -> str:
+    """A member's key in the plan: stable across its rejoins, unique among live members (the
+    nonce tells apart two members of one process started in the same millisecond)."""
+    return f"{host}/{pid}/{started_ms}/{nonce}"
+
+
+@dataclass(frozen=True)
+class MemberReport:
+    """What one member said when it joined: its REST worker id, the tables it ran, and
+    whether it runs what it is given (False while an operator stopped it)."""
+
+    worker_id: str
+    running: tuple[str, ...]
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One round of the group as the leader planned it, identical on every member."""
+
+    owners: Mapping[str, str | None]
+    members: Mapping[str, MemberReport] = field(default_factory=dict)
+
+    def tables_of(self, key: str) -> set[str]:
+        """The tables the plan gives to member ``key``."""
+        return {alias for alias, owner in self.owners.items() if owner == key}
+
+    def worker_of(self, alias: str) -> str | None:
+        """The REST worker id of ``alias``'s owner, None while it is withheld or unknown."""
+        owner = self.owners.get(alias)
+        report = self.members.get(owner) if owner is not None else None
+        return report.worker_id if report is not None else None
 
 
 def owner_among(alias: str, member_keys: Iterable[str]) -> str:

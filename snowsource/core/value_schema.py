@@ -293,3 +293,13 @@ def _from_json(table: str, data: Mapping[str, Any]) -> RecordSchema:
             raise UnsupportedSchemaError(f"property {column!r} is not a nullable type we write")
         fields.append(Field(avro_name(column), column, "long" if kind == "int" else kind))
     return RecordSchema(table=table, fields=tuple(sorted(fields)), unparsed=UNPARSED in properties)
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A schema as the registry holds it: its global ``id``, its ``version`` under the subject
+    (None when the answer did not say) and its text."""
+
+    id: int
+    version: int | None = None
+    schema: str = ""

@@ -21,12 +21,11 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.core.clock import InstanceClock
-from snowsource.core.errors import RateLimitedError
 from snowsource.core.grants import Priority
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import clock_probe_params
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -74,14 +73,15 @@ async def observed(
 class StartupProbe(AsyncResource):
     """The process's first ServiceNow request, sent as soon as the HTTP session is open.
 
-    One attempt, in the background: start-up never waits for it, and a failure only means each
-    table probes on its own (with retries and a WARN per failed attempt), as it would without
-    this probe.
+    One attempt (``SnowRequests.once``), in the background: start-up never waits for it, and a
+    failure only means each table probes on its own (with retries and a WARN per failed
+    attempt), as it would without this probe. A 429 with ``Retry-After`` holds the whole client
+    (``runtime.pause``), so the tables' first requests wait as asked without this probe's help.
     """
 
-    def __init__(self, clock: InstanceClock, client: ServiceNowClient, spec: TableSpec) -> None:
+    def __init__(self, clock: InstanceClock, requests: SnowRequests, spec: TableSpec) -> None:
         self._clock = clock
-        self._client = client
+        self._requests = requests
         self._spec = spec
         self._task: asyncio.Task[None] | None = None
         self._never = asyncio.Event()  # closing cancels the probe; nothing else stops it
@@ -105,18 +105,9 @@ class StartupProbe(AsyncResource):
     async def _once(self) -> None:
         spec = self._spec
         try:
-            await self._client.get_page(
-                spec.name, clock_probe_params(spec), label=spec.alias, priority=Priority.STREAM
-            )
-        except RateLimitedError as exc:
-            # The instance asked us to wait: the tables' first requests go once that time is up.
-            log.warning(
-                "ServiceNow throttled the start-up request (429); waiting as asked",
-                table=spec.alias,
-                retry_after=exc.retry_after,
-            )
-            await asyncio.sleep(exc.retry_after or 0.0)
-        except Exception as exc:  # noqa: BLE001 - the tables' own probes retry and report it
+            # A retriable failure answers None: the tables' own probes retry and report it.
+            await self._requests.once(spec.name, clock_probe_params(spec), priority=Priority.STREAM)
+        except Exception as exc:  # noqa: BLE001 - so do they a refusal (and FAIL on it)
             log.debug(
                 "clock probe at start-up failed; the tables probe on their own", error=str(exc)
             )

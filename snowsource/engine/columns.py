@@ -15,21 +15,17 @@ asks no more in this generation. Retriable errors are retried either way, like a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import structlog
 
-from snowsource.adapters.dictionary_reader import read_columns
-from snowsource.core.errors import RetriableError, TableError, TableFailedError
+from snowsource.core.errors import TableError, TableFailedError
 from snowsource.core.governance import Action, ColumnRules, governed_columns
 from snowsource.core.records import TypedShaper
-from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.engine.ports import PageSource
-from snowsource.observability import metrics
-from snowsource.runtime.retrying import Attempt, retrying
+from snowsource.engine.dictionary_reader import read_columns
+from snowsource.engine.snow_requests import SnowRequests
 
 
 class TableColumns:
@@ -40,16 +36,12 @@ class TableColumns:
         spec: TableSpec,
         typed: TypedShaper | None,
         *,
-        client: PageSource,
-        retry: RetryPolicy,
-        stop: asyncio.Event,
+        requests: SnowRequests,
     ) -> None:
         self.spec = spec
         self.rules = ColumnRules(spec.governance)
         self._typed = typed
-        self._client = client
-        self._retry = retry
-        self._stop = stop
+        self._requests = requests
         self._wanted = typed is not None or spec.governance.sensitive_exclude
         self._dictionary: dict[str, str] = {}
         # Columns seen in rows and looked up already: a column the dictionary does not list
@@ -87,15 +79,10 @@ class TableColumns:
         self.rules.apply(rows)
 
     async def _read(self, seen: Iterable[str]) -> None:
+        # Each request of the walk is retried on its own by the stream's request path.
+        client = self._requests.getter("the table's dictionary")
         try:
-            async for attempt in retrying(
-                self._retry,
-                self._stop,
-                retry_if=lambda exc: isinstance(exc, RetriableError),
-                on_retry=self._retrying,
-            ):
-                with attempt:
-                    found = await read_columns(self._client, self.spec.name, label=self.spec.alias)
+            found = await read_columns(client, self.spec.name, label=self.spec.alias)
         except (TableError, TableFailedError) as exc:
             if self._typed is not None:
                 raise
@@ -127,13 +114,4 @@ class TableColumns:
             "read access to sys_db_object and sys_dictionary, or exclude them by name with "
             "fields.exclude",
             error=str(error),
-        )
-
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
-        metrics.RETRIES.labels(table=self.spec.alias).inc()
-        self._log.warning(
-            "reading the table's dictionary failed; retrying",
-            error=str(attempt.error),
-            attempt=attempt.number + 1,
-            retry_in=round(delay, 2),
         )

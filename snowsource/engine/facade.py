@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from snowsource.core.table_status import TableStatus
 from snowsource.runtime.deadline import Deadline
 
 __all__ = [
+    "ApiOptions",
     "ConnectorState",
     "EngineFacade",
     "OffsetsAdmin",
@@ -49,6 +50,28 @@ class Placement:
 
     worker_id: str | None
     state: str
+
+
+@dataclass(frozen=True)
+class ApiOptions:
+    """What the REST API needs of the configuration, as plain values: the API never reads the
+    configuration itself (``engine.wiring.api_options`` builds this)."""
+
+    name: str  # the connector's name
+    task_id: int
+    tasks_max: int
+    host: str  # rest.host
+    port: int  # rest.port (0: any free port)
+    console: bool  # rest.console
+    shutdown_timeout_seconds: float
+    health_unready_after_seconds: float
+    # The effective configuration, YAML keys, every secret already masked (GET connector).
+    config: Mapping[str, object] = field(repr=False)
+    # Every configured stream and the task that owns it: PATCH must recognise (and refuse)
+    # partitions another task owns.
+    all_specs: tuple[TableSpec, ...] = field(repr=False)
+    owners: Mapping[str, int] = field(repr=False)
+    token: str | None = field(default=None, repr=False)  # rest.auth.token
 
 
 class OffsetsAdmin(Protocol):
@@ -136,6 +159,11 @@ class EngineFacade(Protocol):
 
     async def kafka_cluster_id(self) -> str | None:
         """The Kafka cluster id, or None when Kafka does not say."""
+        ...
+
+    async def read_offsets(self) -> list[StoredEntry]:
+        """The connector's records in the offsets topic, read from it now by a reader of its
+        own (not the daemon's store, which running pollers write to)."""
         ...
 
     async def stop_pollers(self, deadline: Deadline, *, target: ConnectorState) -> list[str]:

@@ -26,14 +26,11 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
-from snowsource.adapters.group_protocol import GroupView, TableAssignor, member_key
-from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership
-from snowsource.config.models import Settings
+from snowsource.core.group_plan import GroupView, member_key
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
@@ -43,7 +40,7 @@ from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.tasks import TaskSet
 
-__all__ = ["GroupOwner", "group_membership"]
+__all__ = ["GroupLink", "GroupOwner", "JoinGroup"]
 
 log = structlog.get_logger("snowsource.engine.group_owner")
 
@@ -56,6 +53,24 @@ UNASSIGNED = "UNASSIGNED"
 
 BuildPollers = Callable[[list[TableSpec], StopSignal, PageBudget], dict[str, Poller]]
 RunPollers = Callable[[dict[str, Poller]], Coroutine[Any, Any, None]]
+
+
+class GroupLink(Protocol):
+    """What the owner needs of its group membership (``adapters.membership``)."""
+
+    def request_rejoin(self) -> None:
+        """Ask the group for a new round."""
+        ...
+
+    def lease(self) -> Callable[[], str | None]:
+        """The membership's lease for tables started now: a call says why they must stop
+        (None while the membership holds)."""
+        ...
+
+
+#: Builds the owner's membership around the owner (its assignor reports and learns from it),
+#: once, in the owner's constructor: ``engine.wiring.Adapters.group_membership``.
+JoinGroup = Callable[["GroupOwner"], GroupLink]
 
 
 class GroupOwner:
@@ -71,19 +86,17 @@ class GroupOwner:
         tasks: TaskSet,
         page_slots: int,
         stop_timeout: float,
+        join: JoinGroup,
         on_members: Callable[[int], None] = lambda members: None,
     ) -> None:
-        """``on_members`` learns how many members the group has at each round (they share the
-        ServiceNow rate budget)."""
+        """``join`` builds this member's group membership around it; ``on_members`` learns how
+        many members the group has at each round (they share the ServiceNow rate budget)."""
         self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
         self.streams: dict[str, list[TableSpec]] = {}
         for spec in specs:
             alias = spec.base.alias if spec.base else spec.alias
             self.streams.setdefault(alias, []).append(spec)
         self.view: GroupView | None = None
-        self.rejoin: Callable[[], None] = lambda: None
-        # The group membership's lease for tables started now (adapters.membership).
-        self.lease: Callable[[], Callable[[], str | None]] = lambda: lambda: None
         self._build = build
         self._run = run
         self._reload = reload
@@ -104,6 +117,8 @@ class GroupOwner:
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        # Last: the membership's assignor reads this member's state through the above.
+        self.group = join(self)
 
     # ----------------------------------------------------------------- what the group sees
 
@@ -152,7 +167,7 @@ class GroupOwner:
         self._changed.set()
         if resumed:
             # The other members learn at the next round that these tables run again.
-            self.rejoin()
+            self.group.request_rejoin()
 
     async def stop_all(self, deadline: Deadline, *, closing: bool = False) -> list[str]:
         """Stop every table here within ``deadline`` (REST stop, or shutdown when ``closing``:
@@ -177,7 +192,7 @@ class GroupOwner:
             self._stopping.clear()
         if not closing:
             # A new round tells every member's REST API that nothing runs here any more.
-            self.rejoin()
+            self.group.request_rejoin()
         return problems
 
     # ----------------------------------------------------------------- what REST shows
@@ -245,7 +260,7 @@ class GroupOwner:
                 # round lets their new owner start them.
                 self._claimed -= owed
                 log.info("asking the group for a new round", released=sorted(owed))
-                self.rejoin()
+                self.group.request_rejoin()
         gaining = sorted(a for a in self._desired() if a not in self._units)
         if not gaining or self._closing:
             return
@@ -268,7 +283,7 @@ class GroupOwner:
         log.info("tables started", tables=gaining, member=self.key)
 
     def _start(self, alias: str) -> None:
-        stop = StopSignal(self.lease())
+        stop = StopSignal(self.group.lease())
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
         task = self._tasks.spawn(self._run(runnable), name=f"table:{alias}")
@@ -290,38 +305,6 @@ class GroupOwner:
         if units:
             log.info("tables released", tables=sorted(units), problems=problems, member=self.key)
         return problems
-
-
-def group_membership(
-    conn: KafkaConnection,
-    settings: Settings,
-    owner: GroupOwner,
-    *,
-    worker_id: Callable[[], str],
-    on_fenced: Callable[[str], None],
-) -> GroupMembership:
-    """This member's group membership, carrying the table assignor of ``owner``."""
-    assignor = TableAssignor(
-        key=owner.key,
-        aliases=owner.aliases,
-        worker_id=worker_id,
-        running=owner.running,
-        on_view=owner.on_view,
-        active=owner.active,
-    )
-    membership = GroupMembership(
-        conn,
-        connector=settings.name,
-        task_id=GROUP_TASK_ID,
-        topic=settings.offset_storage_topic,
-        on_fenced=on_fenced,
-        assignor=assignor,
-        session_timeout_ms=settings.group_session_timeout_ms,
-        on_lost=owner.on_lost,
-    )
-    owner.rejoin = membership.request_rejoin
-    owner.lease = membership.lease
-    return membership
 
 
 def _now_ms() -> int:

@@ -3,7 +3,7 @@
 ``static`` runs the tables its ``task.id`` owns as one generation; ``group`` runs what the
 consumer group gives this member, each table a generation of its own (``engine.group_owner``).
 The daemon asks its mode the few things that differ (start, stop, which pollers run, where a
-table runs, the membership) and never which mode it has.
+table runs) and never which mode it has.
 """
 
 from __future__ import annotations
@@ -11,21 +11,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from snowsource.adapters.membership import GroupMembership
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.facade import Placement
 from snowsource.engine.generation import Generation, stop_generation
-from snowsource.engine.group_owner import (
-    UNASSIGNED,
-    BuildPollers,
-    GroupOwner,
-    RunPollers,
-    group_membership,
-)
+from snowsource.engine.group_owner import UNASSIGNED, BuildPollers, GroupOwner, RunPollers
 from snowsource.engine.poller import Poller
-from snowsource.engine.wiring import Adapters
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.tasks import TaskSet
 
@@ -44,14 +36,6 @@ class TablesMode(Protocol):
     def placement(self, alias: str) -> Placement: ...
 
     def busy_workers(self) -> list[str]: ...
-
-    def membership(
-        self,
-        adapters: Adapters,
-        *,
-        worker_id: Callable[[], str],
-        on_fenced: Callable[[str], None],
-    ) -> GroupMembership: ...
 
 
 class StaticTables:
@@ -103,15 +87,6 @@ class StaticTables:
     def busy_workers(self) -> list[str]:
         return []
 
-    def membership(
-        self,
-        adapters: Adapters,
-        *,
-        worker_id: Callable[[], str],
-        on_fenced: Callable[[str], None],
-    ) -> GroupMembership:
-        return adapters.static_membership(on_fenced)
-
 
 class GroupTables:
     """``tasks.assignment: group``: the tables the consumer group gives this member."""
@@ -136,14 +111,3 @@ class GroupTables:
 
     def busy_workers(self) -> list[str]:
         return self.owner.busy_workers()
-
-    def membership(
-        self,
-        adapters: Adapters,
-        *,
-        worker_id: Callable[[], str],
-        on_fenced: Callable[[str], None],
-    ) -> GroupMembership:
-        return group_membership(
-            adapters.conn, adapters.settings, self.owner, worker_id=worker_id, on_fenced=on_fenced
-        )

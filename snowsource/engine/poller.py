@@ -43,7 +43,8 @@ from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
 from snowsource.engine.slices import SliceTools, sliced_sweep
-from snowsource.engine.streams import StreamHooks, TableHooks
+from snowsource.engine.snow_requests import SnowRequests
+from snowsource.engine.stream_hooks import HooksFactory, stream_hooks
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import first_error, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
@@ -64,7 +65,7 @@ class Poller:
         retry: RetryPolicy,
         stop: StopSignal,
         kafka_retry: KafkaRetries | None = None,
-        hooks: StreamHooks | None = None,
+        hooks: HooksFactory | None = None,
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
         delivery: DeliveryFactory = PageDelivery,
@@ -82,13 +83,20 @@ class Poller:
         self._writer = OffsetWriter(store, offsets_retry, table=spec.alias, failures=self._failures)
         self._store, self._tail, self._pages = store, tail, pages
         self._clock, self._retry, self._stop = clock, retry, stop
+        # Every ServiceNow request of the stream, its hooks' included, retried in one place.
+        self._requests = SnowRequests(
+            client,
+            alias=spec.alias,
+            retry=retry,
+            stop=stop.event,
+            log=self._log,
+            failures=self._failures,
+        )
         # What differs between a table's stream and its delete stream: shaping, HI cap.
-        self._hooks = hooks or TableHooks(spec, client=client, retry=retry, stop=stop.event)
+        self._hooks = (hooks or stream_hooks([spec])[spec.alias])(self._requests)
         deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._delivery = deliveries()
-        self._reader = TableReader(
-            spec, client, retry=retry, stop=stop.event, log=self._log, failures=self._failures
-        )
+        self._reader = TableReader(spec, self._requests, stop=stop.event)
         self._slices = SliceTools(
             spec,
             self._reader,

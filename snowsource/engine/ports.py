@@ -8,13 +8,15 @@ and ``adapters.offset_store.OffsetStore``; tests of the poller's own logic pass 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.core.tableapi import Page
+from snowsource.core.value_schema import Registered
+from snowsource.runtime.deadline import Deadline
 
 
 class PageSource(Protocol):
@@ -45,6 +47,16 @@ class Sink(Protocol):
     ) -> asyncio.Future[PageAck]: ...
 
 
+class TopicLookup(Protocol):
+    """Which topics the cluster no longer has (``adapters.topic_lookup.TopicLookup``)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self, deadline: Deadline | None = None) -> None: ...
+
+    async def deleted(self, topics: Collection[str]) -> dict[str, bool]: ...
+
+
 class OffsetsStore(Protocol):
     """The offsets topic as the poller sees it: read what was loaded, write and delete."""
 
@@ -61,3 +73,13 @@ class OffsetsStore(Protocol):
     ) -> None: ...
 
     async def write_raw(self, key: bytes, value: bytes | None) -> None: ...
+
+
+class SchemaRegistry(Protocol):
+    """A Confluent-compatible Schema Registry (``adapters.schema_registry.RegistryClient``)."""
+
+    async def register(self, subject: str, schema: str, schema_type: str) -> Registered: ...
+
+    async def lookup(self, subject: str, schema: str, schema_type: str) -> Registered: ...
+
+    async def latest(self, subject: str) -> Registered: ...

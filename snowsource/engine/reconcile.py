@@ -38,7 +38,6 @@ from snowsource.core.errors import (
     AuthError,
     KafkaSinkError,
     OffsetError,
-    RetriableError,
     TableError,
     TableFailedError,
 )
@@ -71,6 +70,7 @@ from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.poller import Poller
 from snowsource.engine.ports import OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import ReconcileHooks, SweepMark
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, sleep_or_stop
@@ -84,20 +84,6 @@ class LiveKeySource(Protocol):
     """Reads the keys live in a table's topic (``adapters.topic_keys.TopicKeys``)."""
 
     async def live_keys(self, topic: str, *, instance: str, table: str) -> LiveKeys: ...
-
-
-class SweepClient(Protocol):
-    """The ServiceNow client as the sweep uses it: pages at a priority in the session pool."""
-
-    async def get_page(
-        self,
-        table: str,
-        params: Mapping[str, str],
-        *,
-        label: str | None = None,
-        requester: str | None = None,
-        priority: Priority = Priority.STREAM,
-    ) -> Page: ...
 
 
 class _ProduceFailedError(Exception):
@@ -135,11 +121,11 @@ class ReconcilePoller(Poller):
         **poller: Any,
     ) -> None:
         super().__init__(spec, **poller)
-        hooks = poller["hooks"]
+        hooks = self._hooks
         assert isinstance(hooks, ReconcileHooks), "a key sweep needs its table's sweep mark"
         self.sweep = KeySweep(
             spec,
-            client=poller["client"],
+            requests=self._requests,
             sink=poller["sink"],
             store=poller["store"],
             retry=poller["retry"],
@@ -177,7 +163,7 @@ class KeySweep:
         self,
         spec: TableSpec,
         *,
-        client: SweepClient,
+        requests: SnowRequests,
         sink: Sink,
         store: OffsetsStore,
         retry: RetryPolicy,
@@ -194,7 +180,7 @@ class KeySweep:
         self._failures = failures
         self.spec = spec
         self._base = spec.base
-        self._client = client
+        self._requests = requests
         self._sink = sink
         self._store = store
         self._retry = retry
@@ -325,7 +311,7 @@ class KeySweep:
 
     async def _live_keys(self) -> LiveKeys:
         async for attempt in retrying(
-            self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._retrying
+            self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._keys_retrying
         ):
             with attempt:
                 live = await self._unless_stopped(
@@ -360,7 +346,7 @@ class KeySweep:
             "sysparm_suppress_pagination_header": "true",
             **scope_params(spec.query_domain, spec.query_category),
         }
-        page = await self._get(spec.name, params, summary)
+        page = await self._get(spec.name, params, summary, "a key page")
         keys = [raw(row, "sys_id") for row in page.rows]
         if any(not key for key in keys) or keys != sorted(keys) or (keys and keys[0] <= after):
             raise TableFailedError(
@@ -369,34 +355,20 @@ class KeySweep:
             )
         return keys
 
-    async def _get(self, table: str, params: Mapping[str, str], summary: SweepSummary) -> Page:
+    async def _get(
+        self, table: str, params: Mapping[str, str], summary: SweepSummary, asking: str
+    ) -> Page:
         """Every request of the sweep, retried like a table's pages, at low priority in the
         session pool: a sweep never delays a table's own pages (SPEC §14.3)."""
         summary.requests += 1
-        async for attempt in retrying(
-            self._retry,
-            self._stop.event,
-            retry_if=lambda exc: isinstance(exc, RetriableError),
-            on_retry=self._retrying,
-        ):
-            with attempt:
-                alias = self.spec.alias
-                page = await self._client.get_page(
-                    table, params, label=alias, requester=alias, priority=Priority.LOW
-                )
-                if self._failures is not None:
-                    self._failures.succeeded(FailureSource.SERVICENOW)
-                return page
-        raise StoppedError("stop requested")  # pragma: no cover - retrying raises first
+        return await self._requests.get(table, params, priority=Priority.LOW, asking=asking)
 
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
+    def _keys_retrying(self, attempt: Attempt, delay: float) -> None:
         metrics.RETRIES.labels(table=self.spec.alias).inc()
         if self._failures is not None:
-            snow = isinstance(attempt.error, RetriableError)
-            source = FailureSource.SERVICENOW if snow else FailureSource.KAFKA
-            self._failures.failed(source, str(attempt.error))
+            self._failures.failed(FailureSource.KAFKA, str(attempt.error))
         self.log.warning(
-            "key sweep request failed; retrying",
+            "reading the topic's live keys failed; retrying",
             error=str(attempt.error),
             attempt=attempt.number + 1,
             retry_in=round(delay, 2),
@@ -413,7 +385,7 @@ class KeySweep:
             "sysparm_suppress_pagination_header": "true",
             **scope_params(spec.query_domain, spec.query_category),
         }
-        page = await self._get(spec.name, params, summary)
+        page = await self._get(spec.name, params, summary, "whether lost keys exist")
         present = {raw(row, "sys_id") for row in page.rows}
         summary.reappeared += len(present)
         seen_at = _instance_time(page.date) or format_ts(self._now())
@@ -433,7 +405,7 @@ class KeySweep:
             **scope_params(self.spec.query_domain, self.spec.query_category),
         }
         try:
-            page = await self._get(AUDIT_TABLE, params, summary)
+            page = await self._get(AUDIT_TABLE, params, summary, "which deletions were audited")
         except TableError as exc:
             # The delete stream FAILs on the same refusal and says why; the sweep covers for it.
             self.log.warning(

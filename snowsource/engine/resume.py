@@ -26,9 +26,8 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from snowsource.adapters.kafka import is_retriable
-from snowsource.adapters.topic_tail import TailResult
 from snowsource.core.cursor import Position, first_sweep_start
-from snowsource.core.dedup import DedupCache
+from snowsource.core.dedup import DedupCache, TailResult
 from snowsource.core.errors import KafkaSinkError, OffsetError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_value, validate_offset
 from snowsource.core.retry import RetryPolicy

@@ -25,7 +25,6 @@ from collections.abc import Collection, Iterable, Mapping
 
 import structlog
 
-from snowsource.adapters.schema_registry import Registered, RegistryClient
 from snowsource.core.errors import (
     RegistryAuthError,
     RegistryUnavailableError,
@@ -38,6 +37,7 @@ from snowsource.core.table import TableSpec
 from snowsource.core.value_encoding import SchemaWriter, WriterSlot
 from snowsource.core.value_schema import (
     RecordSchema,
+    Registered,
     UnsupportedSchemaError,
     ValueFormat,
     carried_columns,
@@ -47,6 +47,7 @@ from snowsource.core.value_schema import (
     schema_type,
     subject_name,
 )
+from snowsource.engine.ports import SchemaRegistry
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, retrying
 
@@ -57,7 +58,7 @@ class SchemaRegistrar:
     """Registers schema versions for every table of the process, each once."""
 
     def __init__(
-        self, client: RegistryClient, *, strategy: str, auto_register: bool, retry: RetryPolicy
+        self, client: SchemaRegistry, *, strategy: str, auto_register: bool, retry: RetryPolicy
     ) -> None:
         self.client = client
         self.strategy = strategy

@@ -15,7 +15,9 @@ rows become records, how far a sweep may read and how a failure is explained are
 - :class:`ReconcileHooks`: what a table's key sweep (``engine.reconcile``) needs of its table.
 
 The two streams of one table share a :class:`SweepMark`, the only thing they know of each
-other. ``engine.stream_hooks`` builds the hooks of a generation.
+other. ``engine.stream_hooks`` gives, per stream of a generation, how to build its hooks around
+the stream's request path (``engine.snow_requests``), which its poller owns: every request a
+hook makes is retried and reported there, like the stream's pages.
 """
 
 from __future__ import annotations
@@ -39,23 +41,22 @@ from snowsource.core.deletes import (
     tombstone,
 )
 from snowsource.core.dictionary import raw
-from snowsource.core.errors import RetriableError, ServiceNowError
+from snowsource.core.errors import ServiceNowError
 from snowsource.core.grants import Priority
 from snowsource.core.journal import ELEMENT_HEADER, JOURNAL_TYPES, PARENT_HEADER, govern_entries
 from snowsource.core.outbound import Headers, source_headers
 from snowsource.core.page import Emit
 from snowsource.core.records import RecordShaper, RegisteredShaper, TombstoneShaper, TypedShaper
-from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import current_rows_params, page_params
 from snowsource.engine.columns import TableColumns
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery, TableDelivery
-from snowsource.engine.ports import PageSource, Sink
+from snowsource.engine.ports import Sink
 from snowsource.engine.schemas import TableSchemas
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import StopSignal
-from snowsource.runtime.retrying import Attempt, retrying
 
 UPSERT = (OPERATION_HEADER, b"upsert")
 # Ids per "which of these rows exist" request: a short URL however large the page.
@@ -176,9 +177,7 @@ class TableHooks(StreamHooks):
         self,
         spec: TableSpec,
         *,
-        client: PageSource,
-        retry: RetryPolicy,
-        stop: asyncio.Event,
+        requests: SnowRequests,
         mark: SweepMark | None = None,
         schemas: TableSchemas | None = None,
     ) -> None:
@@ -186,7 +185,7 @@ class TableHooks(StreamHooks):
         self._schemas = schemas
         self._mark = mark
         self._deletes_hi: str | None = None
-        self.columns = TableColumns(spec, self._typed, client=client, retry=retry, stop=stop)
+        self.columns = TableColumns(spec, self._typed, requests=requests)
 
     @property
     def _typed(self) -> TypedShaper | None:
@@ -241,13 +240,10 @@ class DeleteHooks(StreamHooks):
         spec: TableSpec,
         *,
         mark: SweepMark,
-        client: PageSource,
-        retry: RetryPolicy,
-        stop: asyncio.Event,
+        requests: SnowRequests,
     ) -> None:
         base = spec.base
         assert base is not None, "a delete stream's spec names its table"
-        self._client = client
         shaper = TombstoneShaper(
             display_value="false",
             exclude_reference_link=True,
@@ -258,9 +254,7 @@ class DeleteHooks(StreamHooks):
         super().__init__(spec, shaper)
         self._mark = mark
         self._base = base
-        self._client = client
-        self._retry = retry
-        self._stop = stop
+        self._requests = requests
         self._log = structlog.get_logger("snowsource.engine.streams").bind(
             table=spec.alias, snow_table=AUDIT_TABLE
         )
@@ -275,16 +269,10 @@ class DeleteHooks(StreamHooks):
         spec = self.spec
         # A page of the stream's own shape, for the very first second it could read: the
         # refusal is the same, and the instance reads (almost) nothing.
+        # One attempt: the stream's own pages retry; only a refusal is worth failing early.
         start = Position(spec.start_timestamp, "")
-        try:
-            await self._client.get_page(
-                spec.name,
-                page_params(spec, start, spec.start_timestamp, 1),
-                label=spec.alias,
-                priority=Priority.DERIVED,
-            )
-        except RetriableError:
-            return  # the stream's own pages retry; only a refusal is worth failing early
+        params = page_params(spec, start, spec.start_timestamp, 1)
+        await self._requests.once(spec.name, params, priority=Priority.DERIVED)
 
     def cap(self, hi: str) -> str | None:
         return cap_high_water(hi, self._mark.completed_hi)
@@ -313,29 +301,13 @@ class DeleteHooks(StreamHooks):
 
     async def _existing(self, keys: list[str]) -> set[str]:
         base = self._base
-        async for attempt in retrying(
-            self._retry,
-            self._stop,
-            retry_if=lambda exc: isinstance(exc, RetriableError),
-            on_retry=self._retrying,
-        ):
-            with attempt:
-                page = await self._client.get_page(
-                    base.name,
-                    current_rows_params(base, keys),
-                    label=self.spec.alias,
-                    priority=Priority.DERIVED,
-                )
-        return {raw(row, base.id_field) for row in page.rows}
-
-    def _retrying(self, attempt: Attempt, delay: float) -> None:
-        metrics.RETRIES.labels(table=self.spec.alias).inc()
-        self._log.warning(
-            "asking the table whether deleted rows exist again failed; retrying",
-            error=str(attempt.error),
-            attempt=attempt.number + 1,
-            retry_in=round(delay, 2),
+        page = await self._requests.get(
+            base.name,
+            current_rows_params(base, keys),
+            priority=Priority.DERIVED,
+            asking="whether deleted rows exist again",
         )
+        return {raw(row, base.id_field) for row in page.rows}
 
     def key_value(self, emit: Emit) -> tuple[bytes, bytes | None]:
         # TombstoneShaper.value_bytes is the deleted row's key; the record's value is null.

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import structlog
 
 from snowsource.adapters.kafka_probe import KafkaProbe
+from snowsource.adapters.membership import GroupMembership
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.schema_registry import RegistryClient
 from snowsource.adapters.servicenow import ServiceNowClient
@@ -34,6 +35,7 @@ from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
 from snowsource.core.errors import FencedError, SnowsourceError
+from snowsource.core.offsets_codec import StoredEntry
 from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
@@ -44,20 +46,15 @@ from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, Sh
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
 from snowsource.engine.poller import Poller
+from snowsource.engine.ports import PageSource
 from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.schemas import SchemaRegistrar
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import stream_hooks
+from snowsource.engine.table_specs import owned_specs
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
-from snowsource.engine.wiring import (
-    Adapters,
-    kafka_retries,
-    owned_specs,
-    registry_connection,
-    secret_value,
-    snow_retry,
-)
-from snowsource.observability.logs import register_secrets
+from snowsource.engine.wiring import Adapters, kafka_retries, registry_connection, snow_retry
 from snowsource.runtime.aio import done_before, first_error, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
@@ -124,18 +121,10 @@ class Daemon:
         self._retry = snow_retry(settings)
         self._kafka_retry = kafka_retries(settings)
         self._tasks = TaskSet(self._generation_crashed)
+        # Fences a second process of this task.id (static) or carries the table assignor
+        # (group); opened with the other resources.
+        self._membership: GroupMembership | None = None
         self._mode = self._tables_mode()
-        register_secrets(
-            secret_value(s)
-            for s in (
-                settings.snow.auth.password,
-                settings.snow.auth.oauth_client_secret,
-                settings.snow.auth.api_key,
-                settings.kafka.sasl_password,
-                settings.rest.auth_token,
-                settings.governance.hash_key,
-            )
-        )
 
     def _tables_mode(self) -> TablesMode:
         slots = page_slots(self.settings.snow.http.max_concurrent_requests)
@@ -149,9 +138,11 @@ class Daemon:
                 tasks=self._tasks,
                 page_slots=slots,
                 stop_timeout=self.settings.shutdown_timeout_seconds,
+                join=self._join,
                 on_members=self._share_budget,
             )
             return GroupTables(owner)
+        self._membership = self._adapters.static_membership(self._fenced)
         return StaticTables(
             self.specs,
             build=self._build_pollers,
@@ -254,6 +245,10 @@ class Daemon:
         opened = self._opened
         return self._kafka_ready and opened is not None and await opened.probe.reachable()
 
+    async def read_offsets(self) -> list[StoredEntry]:
+        """The connector's records in the offsets topic, read now (REST's GET offsets)."""
+        return await self._adapters.read_offsets()
+
     async def kafka_cluster_id(self) -> str | None:
         """The Kafka cluster id (None when Kafka does not answer)."""
         return await self._adapters.cluster_id()
@@ -319,7 +314,7 @@ class Daemon:
         # the owned tables' (in group mode every configured table's, any may be ours later).
         store = parts.offset_store(topics, allow_full_replay=self._allow_full_replay)
         watch = parts.topic_watch(topics)
-        probe = StartupProbe(self._clock, client, self.specs[0]) if self.specs else None
+        probe = self._startup_probe(client)
         kafka = parts.kafka_probe(lambda: self.sink)
         stack.push_async_callback(self._close_probe, kafka)
         # Closed in reverse order, each whether or not its start got far: close copes with that.
@@ -349,10 +344,8 @@ class Daemon:
         self._opened.deliveries = await self._open(stack, deliveries)
         if self._api_factory is not None:
             self._api = await self._open(stack, self._api_factory(self))
-        await self._open(
-            stack,
-            self._mode.membership(parts, worker_id=self._worker_id, on_fenced=self._fenced),
-        )
+        if self._membership is not None:
+            await self._open(stack, self._membership)
         # Closed first: whatever generation is still running at the end is cancelled.
         stack.push_async_callback(self._close, self._tasks)
 
@@ -374,6 +367,13 @@ class Daemon:
             auto_register=registry.auto_register,
             retry=self._retry,
         )
+
+    def _join(self, owner: GroupOwner) -> GroupMembership:
+        """The group membership of ``owner`` (built while the owner is constructed)."""
+        self._membership = self._adapters.group_membership(
+            owner, worker_id=self._worker_id, on_fenced=self._fenced
+        )
+        return self._membership
 
     def _worker_id(self) -> str:
         """This process's REST worker id (``host:port``), or its host name without REST."""
@@ -460,6 +460,15 @@ class Daemon:
             self._target = target
             return problems
 
+    def _startup_probe(self, client: PageSource) -> StartupProbe | None:
+        """The process's first request, through the request path of the first table."""
+        if not self.specs:
+            return None
+        spec = self.specs[0]
+        # Closing the probe cancels it; no stop event of a generation exists yet.
+        requests = SnowRequests(client, alias=spec.alias, retry=self._retry, stop=asyncio.Event())
+        return StartupProbe(self._clock, requests, spec)
+
     def _build_pollers(
         self, specs: list[TableSpec], stop: StopSignal, pages: PageBudget
     ) -> dict[str, Poller]:
@@ -468,13 +477,7 @@ class Daemon:
         opened = self._opened
         assert opened is not None
         client = opened.client
-        hooks = stream_hooks(
-            specs,
-            client=client,
-            retry=self._retry,
-            stop=stop.event,
-            registrar=opened.registrar,
-        )
+        hooks = stream_hooks(specs, stop=stop.event, registrar=opened.registrar)
         pollers: dict[str, Poller] = {}
         for spec in specs:
             deliveries = opened.deliveries

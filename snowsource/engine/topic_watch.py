@@ -23,11 +23,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import UnknownTopicOrPartitionError
 
-from snowsource.adapters.kafka import KafkaConnection, close_fully
 from snowsource.engine.poller import Poller
+from snowsource.engine.ports import TopicLookup
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
@@ -55,10 +53,12 @@ class _TopicState:
 class TopicWatch(AsyncResource):
     """Tells, per output topic, since when it has been missing from the cluster."""
 
-    def __init__(self, conn: KafkaConnection, topics: Collection[str]) -> None:
-        self._conn = conn
+    def __init__(self, lookup: TopicLookup, topics: Collection[str]) -> None:
+        """``lookup`` tells which topics the cluster no longer has (``adapters.topic_lookup``);
+        the watch starts and closes it."""
+        self._lookup = lookup
         self._states = {topic: _TopicState() for topic in sorted(set(topics))}
-        self._admin: AIOKafkaAdminClient | None = None
+        self._looking = False
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -66,9 +66,8 @@ class TopicWatch(AsyncResource):
         """Start looking (the topics existed when the tables started: they were checked)."""
         if not self._states:
             return
-        # Kept before start(): a start that fails half-way has a connection close() must stop.
-        self._admin = AIOKafkaAdminClient(**self._conn.client_kwargs())
-        await self._admin.start()
+        await self._lookup.start()
+        self._looking = True
         self._task = asyncio.create_task(self._loop(), name="topic-watch")
 
     async def close(self, deadline: Deadline | None = None) -> None:
@@ -80,10 +79,8 @@ class TopicWatch(AsyncResource):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._admin is not None:
-            seconds = (deadline or Deadline.never()).remaining(5.0)
-            if not await close_fully(self._admin, within=seconds):
-                log.warning("the topic watch's admin client did not close in time; abandoning it")
+        # Also after a start that failed half-way: the lookup closes what it opened.
+        await self._lookup.close(deadline)
 
     def missing(self) -> set[str]:
         """The watched topics missing at the last look."""
@@ -91,17 +88,12 @@ class TopicWatch(AsyncResource):
 
     async def refresh(self) -> None:
         """Look at the cluster now (after a restart re-created topics, for instance)."""
-        if self._admin is None:
+        if not self._looking:
             return
-        # Only "unknown topic" means deleted: an authorization or leadership error is another
-        # problem, reported by the produce path, and must not fail the table as a deletion.
-        errors = {
-            entry["topic"]: entry["error_code"]
-            for entry in await self._admin.describe_topics(list(self._states))
-        }
-        for topic, state in self._states.items():
-            if topic in errors:
-                state.set_missing(errors[topic] == UnknownTopicOrPartitionError.errno)
+        for topic, missing in (await self._lookup.deleted(self._states)).items():
+            state = self._states.get(topic)
+            if state is not None:
+                state.set_missing(missing)
 
     async def _loop(self) -> None:
         while True:

@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import structlog
 from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
-from snowsource.adapters.kafka import KafkaConnection, is_retriable
-from snowsource.adapters.membership import describe_members
+from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
@@ -43,7 +40,6 @@ from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFai
 from snowsource.core.page import PagePlan
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
-from snowsource.core.txn_id import transactional_id
 from snowsource.engine.committer import OffsetCommits, OffsetWriter
 from snowsource.engine.delivery import (
     DeliveryFactory,
@@ -494,41 +490,3 @@ def _transactional(
         record_headers=record_headers,
         others=others,
     )
-
-
-def transactional_producer(
-    conn: KafkaConnection,
-    *,
-    connector: str,
-    offsets_topic: str,
-    linger_ms: int,
-    max_request_size: int,
-    compression_type: str,
-) -> Callable[[TableSpec], TransactionalProducer]:
-    """Makes a stream's producer, its id derived from the stream's offsets key."""
-
-    def make(spec: TableSpec) -> TransactionalProducer:
-        return TransactionalProducer(
-            conn,
-            transactional_id=transactional_id(connector, spec.partition),
-            offsets_topic=offsets_topic,
-            linger_ms=linger_ms,
-            max_request_size=max_request_size,
-            compression_type=compression_type,
-        )
-
-    return make
-
-
-def other_members(conn: KafkaConnection, connector: str) -> OthersDescriber:
-    """Describes the connector's live processes other than this one (group membership).
-
-    All of them, whatever their task id: a process whose ``tasks.max`` differs may own this
-    process's tables under another task id (the misconfiguration a fence reports)."""
-    me = (socket.gethostname(), os.getpid())
-
-    async def describe() -> list[str]:
-        members = await describe_members(conn, connector)
-        return [m.describe() for m in members if (m.host, m.pid) != me]
-
-    return describe

@@ -1,47 +1,56 @@
 """From configuration to the objects the engine runs: Kafka connection, ServiceNow credentials,
-table specs, which tables this task owns, and every adapter the daemon runs (``Adapters``).
-Shared by the daemon, REST, ``check`` and the offsets script, so they all see a table the same
-way."""
+retry policies, what the REST API needs (``api_options``), how each stream's pages reach Kafka
+(``table_deliveries``) and every adapter the daemon runs (``Adapters``): the one engine module
+that builds adapters (the streams and their owners are ``engine.table_specs``).
+
+Every connection is built from the configuration here (``kafka_connection``, ``snow_client``),
+and each first tells the redactor every secret the configuration holds (``register_config``,
+which walks the model): no secret can be sent before the logs know to hide it, and no one lists
+secrets by hand."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from aiokafka.errors import KafkaError
 
+from snowsource.adapters.group_protocol import TableAssignor
 from snowsource.adapters.kafka import KafkaConnection, admin_client, wait_for_kafka
 from snowsource.adapters.kafka_probe import BrokerClient, KafkaProbe
-from snowsource.adapters.membership import GroupMembership
+from snowsource.adapters.membership import GROUP_TASK_ID, GroupMembership, describe_members
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.adapters.schema_registry import RegistryConnection
 from snowsource.adapters.servicenow import ApiKeyAuth, Auth, BasicAuth, OAuth2Auth, ServiceNowClient
 from snowsource.adapters.sink import RecordSink, ensure_topics
 from snowsource.adapters.topic_keys import TopicKeys
+from snowsource.adapters.topic_lookup import TopicLookup
 from snowsource.adapters.topic_tail import TopicTail
-from snowsource.config.fields import AuthType, TasksAssignment
-from snowsource.config.governance import table_governance
-from snowsource.config.models import Backoff, Settings, TableConfig
+from snowsource.adapters.txn_producer import TransactionalProducer
+from snowsource.config.fields import AuthType
+from snowsource.config.models import Backoff, Settings
+from snowsource.config.redaction import redacted_dict
 from snowsource.config.registry import RegistryAuthType
-from snowsource.core.assignment import assign
 from snowsource.core.clock import InstanceClock
-from snowsource.core.deletes import delete_stream_spec
-from snowsource.core.journal import journal_stream_spec
-from snowsource.core.offsets_codec import legacy_partition_for, partition_for
-from snowsource.core.query import normalise_query
-from snowsource.core.reconcile import reconcile_spec
+from snowsource.core.offsets_codec import StoredEntry
 from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
+from snowsource.core.txn_id import transactional_id
+from snowsource.engine.facade import ApiOptions
+from snowsource.engine.group_owner import GroupOwner
+from snowsource.engine.table_specs import connector_specs, table_owners
 from snowsource.engine.topic_watch import TopicWatch
 from snowsource.engine.txn_delivery import (
     Deliveries,
     OffsetsTopic,
-    other_members,
-    transactional_producer,
+    OthersDescriber,
 )
 from snowsource.observability import metrics
+from snowsource.observability.redact import register_config
 
 log = structlog.get_logger("snowsource.engine.wiring")
 
@@ -53,6 +62,7 @@ def secret_value(value: Any) -> str | None:
 
 def kafka_connection(settings: Settings, *, client_id: str = "snowsource") -> KafkaConnection:
     """The aiokafka connection settings of this configuration."""
+    register_config(settings)
     k = settings.kafka
     return KafkaConnection(
         bootstrap_servers=k.bootstrap_servers,
@@ -100,6 +110,7 @@ def snow_client(
     on_response: Callable[[str, int, float], None] | None = None,
 ) -> ServiceNowClient:
     """The ServiceNow client of this configuration (the daemon's and ``check``'s)."""
+    register_config(settings)
     http = settings.snow.http
     return ServiceNowClient(
         settings.snow.url,
@@ -135,92 +146,63 @@ def kafka_retries(settings: Settings) -> KafkaRetries:
     return KafkaRetries(policy(retry.offsets), policy(retry.transactions), policy(retry.tail))
 
 
-def table_spec(settings: Settings, alias: str, table: TableConfig) -> TableSpec:
-    """Resolve one table's configuration into what its poller needs."""
-    common: dict[str, Any] = {
-        "snow_url": settings.snow.url,
-        "table": table.name,
-        "query": table.query,
-        "query_domain": table.query_domain,
-        "timestamp_field": table.timestamp_field,
-    }
-    return TableSpec(
-        alias=alias,
-        name=table.name,
-        topic=table.topic,
-        normalised_query=normalise_query(table.query),
-        query_domain=table.query_domain,
-        query_category=table.query_category,
-        timestamp_field=table.timestamp_field,
-        id_field=table.id_field,
-        fields=tuple(table.fields),
-        display_value=str(table.display_value),
-        exclude_reference_link=table.exclude_reference_link,
-        start_timestamp=table.start_timestamp,
-        batch_size=table.batch_size,
-        poll_interval=table.poll_interval_ms / 1000,
-        overlap_seconds=table.overlap_seconds,
-        safety_lag_seconds=table.safety_lag_seconds,
-        dedup_max_entries=settings.dedup_max_entries,
-        partition=partition_for(**common),
-        legacy_partition=legacy_partition_for(**common),
-        value_format=str(table.value_format),
-        value_schema=str(table.value_schema),
-        deletes=table.deletes.audit,
-        reconcile=table.deletes.reconcile,
-        reconcile_interval_seconds=float(table.reconcile_interval_seconds),
-        journal=table.journal,
-        backfill_slices=table.backfill_slices,
-        backfill_max_ahead_rows=table.backfill_max_ahead_rows,
-        governance=table_governance(table, secret_value(settings.governance.hash_key)),
+def api_options(settings: Settings) -> ApiOptions:
+    """What the REST API needs of this configuration (it reads nothing else of it)."""
+    register_config(settings)
+    rest = settings.rest
+    token = rest.auth_token
+    return ApiOptions(
+        name=settings.name,
+        task_id=settings.task_id,
+        tasks_max=settings.tasks_max,
+        host=rest.host,
+        port=rest.port,
+        console=rest.console,
+        shutdown_timeout_seconds=settings.shutdown_timeout_seconds,
+        health_unready_after_seconds=settings.health_unready_after_seconds,
+        config=redacted_dict(settings),
+        all_specs=tuple(connector_specs(settings)),
+        owners=table_owners(settings),
+        token=token.get_secret_value() if token is not None else None,
     )
 
 
-def stream_specs(settings: Settings, alias: str, table: TableConfig) -> list[TableSpec]:
-    """The table's spec, followed by those of its derived streams: the delete stream
-    (``deletes: audit``), the key sweep (``deletes: reconcile``) and the journal stream."""
-    spec = table_spec(settings, alias, table)
-    url = settings.snow.url
-    specs = [spec]
-    if spec.deletes:
-        specs.append(delete_stream_spec(spec, snow_url=url))
-    if spec.reconcile:
-        specs.append(reconcile_spec(spec, snow_url=url))
-    if spec.journal:
-        specs.append(journal_stream_spec(spec, snow_url=url, topic=table.journal_output_topic))
-    return specs
+def transactional_producer(
+    conn: KafkaConnection,
+    *,
+    connector: str,
+    offsets_topic: str,
+    linger_ms: int,
+    max_request_size: int,
+    compression_type: str,
+) -> Callable[[TableSpec], TransactionalProducer]:
+    """Makes a stream's producer, its id derived from the stream's offsets key."""
+
+    def make(spec: TableSpec) -> TransactionalProducer:
+        return TransactionalProducer(
+            conn,
+            transactional_id=transactional_id(connector, spec.partition),
+            offsets_topic=offsets_topic,
+            linger_ms=linger_ms,
+            max_request_size=max_request_size,
+            compression_type=compression_type,
+        )
+
+    return make
 
 
-def owned_specs(settings: Settings) -> list[TableSpec]:
-    """Specs of the streams of the tables this process's ``task.id`` owns (SPEC §10): a
-    table's delete stream always runs beside the table, in the same task. With
-    ``tasks.assignment: group`` every configured table: the group picks, at run time, which of
-    them this process polls."""
-    if settings.tasks_assignment == TasksAssignment.GROUP:
-        return connector_specs(settings)
-    owners = table_owners(settings)
-    return [spec for spec in connector_specs(settings) if owners[spec.alias] == settings.task_id]
+def other_members(conn: KafkaConnection, connector: str) -> OthersDescriber:
+    """Describes the connector's live processes other than this one (group membership).
 
+    All of them, whatever their task id: a process whose ``tasks.max`` differs may own this
+    process's tables under another task id (the misconfiguration a fence reports)."""
+    me = (socket.gethostname(), os.getpid())
 
-def table_owners(settings: Settings) -> dict[str, int]:
-    """The task that owns each stream with ``tasks.assignment: static`` (SPEC §10), by alias:
-    every configured table, and beside each its delete stream (``<alias>.deletes``), which
-    always runs in its table's task. The one place that says who owns what."""
-    owners = assign(list(settings.tables), settings.tasks_max)
-    return {
-        spec.alias: owners[alias]
-        for alias, table in settings.tables.items()
-        for spec in stream_specs(settings, alias, table)
-    }
+    async def describe() -> list[str]:
+        members = await describe_members(conn, connector)
+        return [m.describe() for m in members if (m.host, m.pid) != me]
 
-
-def connector_specs(settings: Settings) -> list[TableSpec]:
-    """Specs of every stream of the connector, whatever task owns it."""
-    return [
-        spec
-        for alias, table in settings.tables.items()
-        for spec in stream_specs(settings, alias, table)
-    ]
+    return describe
 
 
 def table_deliveries(
@@ -299,7 +281,7 @@ class Adapters:
 
     def topic_watch(self, topics: list[str]) -> TopicWatch:
         """Watches the output topics for deletion while the tables run."""
-        return TopicWatch(self.conn, topics)
+        return TopicWatch(TopicLookup(self.conn), topics)
 
     def topic_tail(self) -> TopicTail:
         """Reads a table's output topic back at a restart (the dedup rebuild)."""
@@ -334,6 +316,13 @@ class Adapters:
             configs=s.topic_creation_configs,
         )
 
+    async def read_offsets(self) -> list[StoredEntry]:
+        """The connector's records, read from the offsets topic now by a reader of their own:
+        reloading the daemon's store under running pollers could drop an offset one of them
+        writes meanwhile."""
+        async with offsets_reader(self.settings) as reader:
+            return reader.entries()
+
     async def cluster_id(self) -> str | None:
         """The Kafka cluster id; None when Kafka does not answer within 10 s."""
         try:
@@ -344,6 +333,35 @@ class Adapters:
             return None
         found = cluster.get("cluster_id")
         return str(found) if found else None
+
+    def group_membership(
+        self,
+        owner: GroupOwner,
+        *,
+        worker_id: Callable[[], str],
+        on_fenced: Callable[[str], None],
+    ) -> GroupMembership:
+        """``tasks.assignment: group``: this member's membership, carrying the table assignor
+        that reports ``owner``'s tables to the group and hands it each round's plan."""
+        s = self.settings
+        assignor = TableAssignor(
+            key=owner.key,
+            aliases=owner.aliases,
+            worker_id=worker_id,
+            running=owner.running,
+            on_view=owner.on_view,
+            active=owner.active,
+        )
+        return GroupMembership(
+            self.conn,
+            connector=s.name,
+            task_id=GROUP_TASK_ID,
+            topic=s.offset_storage_topic,
+            on_fenced=on_fenced,
+            assignor=assignor,
+            session_timeout_ms=s.group_session_timeout_ms,
+            on_lost=owner.on_lost,
+        )
 
     def static_membership(self, on_fenced: Callable[[str], None]) -> GroupMembership:
         """``tasks.assignment: static``: the membership that fences a second ``task.id``."""

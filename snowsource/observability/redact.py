@@ -3,10 +3,10 @@
 Logs (our own and every library's), REST bodies, ``check`` output, stored errors and text a server
 echoed back all go through it. It knows two kinds of secret:
 
-- values registered here (configured passwords, client secrets, API keys, the REST token, SASL
-  passwords, and OAuth tokens once the instance handed them out), each in every encoding it can
-  travel in (``core/secret_text``: as is, URL-encoded, JSON-escaped, as Python ``repr`` shows it,
-  base64), and ``user:password`` in base64 (a Basic header);
+- values registered here (every secret of the configuration, learnt by walking it in
+  ``register_config``, and OAuth tokens once the instance handed them out), each in every
+  encoding it can travel in (``core/secret_text``: as is, URL-encoded, JSON-escaped, as Python
+  ``repr`` shows it, base64), and ``user:password`` in base64 (a Basic header);
 - shapes that are credentials whatever their value: ``Authorization: Basic …``/``Bearer …``,
   and ``password=``/``client_secret=``/``access_token=``… in forms, JSON and query strings. They
   catch what a server echoes before we could know the value (a token it issued in an error page).
@@ -23,12 +23,16 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final
 
+from pydantic import BaseModel
+
+from snowsource.config.redaction import config_secrets
 from snowsource.core.secret_text import MIN_SECRET_LENGTH, REDACTED, encodings
 
 __all__ = [
     "REDACTED",
     "redact",
     "redact_value",
+    "register_config",
     "register_credentials",
     "register_secret",
     "register_secrets",
@@ -107,6 +111,13 @@ def register_credentials(username: str | None, password: str | None) -> None:
     register_secret(password)
     if username:
         register_secret(f"{username}:{password}")
+
+
+def register_config(cfg: BaseModel) -> None:
+    """Every secret of the configuration ``cfg`` (``config.redaction.config_secrets``): the one
+    place the redactor learns what the configuration holds."""
+    for secret in config_secrets(cfg):
+        register_credentials(secret.username, secret.value)
 
 
 def _named(match: re.Match[str]) -> str:

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import SecretStr
 
-from snowsource.adapters.dictionary_reader import read_columns
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.core.errors import TableError, TableFailedError
 from snowsource.core.typed import convert_row
 from snowsource.emulator import Emulator, serve
+from snowsource.engine.dictionary_reader import read_columns
 
 
 @pytest.fixture

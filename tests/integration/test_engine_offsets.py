@@ -22,7 +22,8 @@ from snowsource.core.offsets_codec import SourceOffset, encode_key, encode_value
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState
 from snowsource.emulator.clock import stamp
-from snowsource.engine.wiring import kafka_connection, table_spec
+from snowsource.engine.table_specs import table_spec
+from snowsource.engine.wiring import kafka_connection
 from tests.integration.conftest import Env
 from tests.integration.engine import (
     Record,

@@ -15,7 +15,7 @@ from aiohttp import ClientSession
 from aiokafka.admin import AIOKafkaAdminClient
 
 from snowsource.cli.offsets import amain
-from snowsource.engine.wiring import table_spec
+from snowsource.engine.table_specs import table_spec
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, read_topic, running, write_config
 from tests.integration.test_rest import base_url, call, http, rest_settings, stop

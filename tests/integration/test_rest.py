@@ -25,7 +25,7 @@ from snowsource.core.assignment import assign
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
 from snowsource.engine.supervisor import Daemon
-from snowsource.engine.wiring import table_spec
+from snowsource.engine.table_specs import table_spec
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import Record, caught_up, read_offsets, read_topic, running

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaProducer
 
 from snowsource.adapters.kafka import KafkaConnection
-from snowsource.adapters.topic_tail import EmittedRecord, read_window
-from snowsource.core.dedup import digest
+from snowsource.adapters.topic_tail import read_window
+from snowsource.core.dedup import EmittedRecord, digest
 from tests.conftest import TopicFactory
 
 INSTANCE = "acme.service-now.com"

@@ -27,9 +27,10 @@ from snowsource.core.query import normalise_query
 from snowsource.core.reconcile import reconcile_partition
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.tableapi import Page
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import stream_hooks
 from snowsource.engine.streams import JournalHooks, ReconcileHooks, TableHooks
-from snowsource.engine.wiring import stream_specs
+from snowsource.engine.table_specs import stream_specs
 
 
 class _NoSnow:
@@ -153,7 +154,8 @@ def test_every_stream_of_a_table_in_order(load: Load) -> None:
         snow_url=settings.snow.url, table="incident", query_domain=True
     )
     assert len({s.partition for s in specs}) == 4
-    hooks = stream_hooks(specs, client=_NoSnow(), retry=RetryPolicy(0.1, 1), stop=asyncio.Event())
+    requests = SnowRequests(_NoSnow(), alias="x", retry=RetryPolicy(0.1, 1), stop=asyncio.Event())
+    hooks = {alias: make(requests) for alias, make in stream_hooks(specs).items()}
     assert isinstance(hooks["incident"], TableHooks)
     assert isinstance(hooks["incident.journal"], JournalHooks)
     sweep_hooks = hooks["incident.reconcile"]

@@ -12,7 +12,7 @@ import yaml
 from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
 from snowsource.core.errors import ConfigError
-from snowsource.engine.wiring import table_spec
+from snowsource.engine.table_specs import table_spec
 
 BASE: dict[str, Any] = {
     "snow": {

@@ -13,7 +13,7 @@ from snowsource.config.fields import SensitiveFields
 from snowsource.config.loader import LoadedConfig, load_config
 from snowsource.core.errors import ConfigError
 from snowsource.core.governance import Action
-from snowsource.engine.wiring import table_spec
+from snowsource.engine.table_specs import table_spec
 
 BASE: dict[str, Any] = {
     "snow": {

@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
-from snowsource.config.redaction import mask_userinfo, redacted_dict
+from snowsource.config.redaction import config_secrets, mask_userinfo, redacted_dict
 from snowsource.core.errors import ConfigError
 from snowsource.observability import logs
+from snowsource.observability.redact import redact, register_config
 from tests.secrets_support import empty_secret_registry
 
 USER = "integration.user"
@@ -194,3 +195,54 @@ def test_settings_built_directly_do_not_quote_inputs_in_their_errors() -> None:
         Settings(**doc)
     assert "snow.url" in str(info.value)
     _assert_clean(str(info.value))
+
+
+def test_the_redactor_learns_every_secret_from_the_configuration_walk(tmp_path: Path) -> None:
+    """No list of secret keys anywhere: a ``SecretStr`` field, with the user name beside it,
+    and a URL's ``user:password@`` are found by walking the model."""
+    doc = _doc(
+        {
+            ("snow", "auth"): {
+                "type": "oauth2",
+                "oauth.grant.type": "password",
+                "oauth.client.id": "client",
+                "oauth.client.secret": "client-secret-1",
+                "username": USER,
+                "password": SECRET,
+            },
+            ("snow", "http", "proxy.url"): f"http://proxyuser:{ENCODED}x@proxy:3128",
+            ("kafka", "security.protocol"): "SASL_PLAINTEXT",
+            ("kafka", "sasl.mechanism"): "PLAIN",
+            ("kafka", "sasl.username"): "kafka-user",
+            ("kafka", "sasl.password"): "sasl-secret-2",
+            ("rest", "auth.token"): "rest-token-3",
+        }
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    settings = load_config(path, env={}).settings
+    found = {(s.value, s.username) for s in config_secrets(settings)}
+    assert {
+        ("client-secret-1", None),
+        (SECRET, USER),
+        (SECRET + "x", "proxyuser"),
+        ("sasl-secret-2", "kafka-user"),
+        ("rest-token-3", None),
+    } <= found
+    with empty_secret_registry():
+        register_config(settings)
+        text = " ".join(
+            [
+                "client-secret-1",
+                quote(SECRET + "x", safe=""),
+                "sasl-secret-2",
+                "rest-token-3",
+                base64.b64encode(b"kafka-user:sasl-secret-2").decode(),
+                *NEEDLES[:-1],  # the last is a fragment, not a secret of its own
+            ]
+        )
+        shown = redact(text)
+    for secret in ("client-secret-1", "sasl-secret-2", "rest-token-3", "kafka-user:"):
+        assert secret not in shown
+    _assert_clean(shown)
+    assert "x" not in shown.replace("***", "").replace(" ", ""), shown

@@ -9,7 +9,7 @@ import yaml
 from snowsource.config.fields import TasksAssignment
 from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
-from snowsource.engine.wiring import owned_specs
+from snowsource.engine.table_specs import owned_specs
 
 
 def _load(tmp_path: Path, **top: object) -> Settings:

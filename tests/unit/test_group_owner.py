@@ -4,6 +4,7 @@ group for a new round, and that an expelled member drops everything."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -60,8 +61,8 @@ class _World:
             tasks=self.tasks,
             page_slots=4,
             stop_timeout=5,
+            join=lambda owner: self,
         )
-        self.owner.rejoin = self.rejoin
 
     def build(
         self, specs: list[TableSpec], stop: StopSignal, pages: PageBudget
@@ -76,8 +77,11 @@ class _World:
     async def reload(self) -> None:
         self.reloads += 1
 
-    def rejoin(self) -> None:
+    def request_rejoin(self) -> None:
         self.rejoins += 1
+
+    def lease(self) -> Callable[[], str | None]:
+        return lambda: None
 
     def view(self, mine: set[str], withheld: set[str] = frozenset()) -> GroupView:  # type: ignore[assignment]
         me, other = self.owner.key, "other"

@@ -20,6 +20,7 @@ from snowsource.core.retry import RetryPolicy
 from snowsource.core.table_status import TableStatus
 from snowsource.core.tableapi import Page
 from snowsource.engine.reconcile import KeySweep
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import SweepMark
 from snowsource.runtime.deadline import StopSignal
 from tests.fakes import CONNECTOR, FakeSink, FakeStore, make_spec
@@ -48,7 +49,8 @@ class _Instance:
         requester: str | None = None,
         priority: Priority = Priority.STREAM,
     ) -> Page:
-        self.calls.append((table, dict(params), requester, priority))
+        # Whose turn in the session pool: the requester, by default the label.
+        self.calls.append((table, dict(params), requester or label, priority))
         query = params["sysparm_query"]
         limit = int(params["sysparm_limit"])
         if table == "sys_audit_delete":
@@ -89,13 +91,14 @@ def _sweep(
     mark = SweepMark()
     mark.completed("2026-09-29 07:31:00")  # the table swept after every re-check
     sink, store = FakeSink(), FakeStore()
+    retry, stop = RetryPolicy(0.01, 0.1), StopSignal()
     sweep = KeySweep(
         spec,
-        client=instance,
+        requests=SnowRequests(instance, alias=spec.alias, retry=retry, stop=stop.event),
         sink=sink,
         store=store,
-        retry=RetryPolicy(0.01, 0.1),
-        stop=StopSignal(),
+        retry=retry,
+        stop=stop,
         mark=mark,
         keys=_Topic(live),
         status=TableStatus(),

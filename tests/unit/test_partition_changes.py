@@ -20,7 +20,7 @@ from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.wiring import owned_specs, table_spec
+from snowsource.engine.table_specs import owned_specs, table_spec
 
 BASE: dict[str, Any] = {
     "name": "servicenow-source",

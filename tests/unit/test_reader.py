@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-import structlog
 from pydantic import SecretStr
 
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
@@ -15,6 +14,7 @@ from snowsource.core.cursor import Position
 from snowsource.core.retry import GROW_AFTER_SUCCESSES, RetryPolicy
 from snowsource.emulator import Emulator, serve
 from snowsource.engine.reader import TableReader
+from snowsource.engine.snow_requests import SnowRequests
 from tests.fakes import make_spec
 
 T0 = datetime(2026, 9, 29, 7, 0, 0, tzinfo=UTC)
@@ -30,13 +30,11 @@ async def reader_and_emulator() -> AsyncIterator[tuple[TableReader, Emulator]]:
         serve(emu) as url,
         ServiceNowClient(url, BasicAuth("admin", SecretStr("admin"))) as client,
     ):
-        reader = TableReader(
-            make_spec(snow_url=url, batch_size=100),
-            client,
-            retry=RetryPolicy(0.001, 0.002),
-            stop=asyncio.Event(),
-            log=structlog.get_logger("test"),
+        stop = asyncio.Event()
+        requests = SnowRequests(
+            client, alias="incident", retry=RetryPolicy(0.001, 0.002), stop=stop
         )
+        reader = TableReader(make_spec(snow_url=url, batch_size=100), requests, stop=stop)
         yield reader, emu
 
 

@@ -19,9 +19,8 @@ from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 from pydantic import SecretStr
 
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
-from snowsource.adapters.topic_tail import EmittedRecord, TailResult
 from snowsource.core.clock import InstanceClock
-from snowsource.core.dedup import DedupCache, digest
+from snowsource.core.dedup import DedupCache, EmittedRecord, TailResult, digest
 from snowsource.core.errors import KafkaSinkError, TableFailedError
 from snowsource.core.offsets_codec import SourceOffset
 from snowsource.core.retry import RetryPolicy

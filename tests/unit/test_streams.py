@@ -24,15 +24,29 @@ from snowsource.core.grants import Priority
 from snowsource.core.page import Emit, PagePlan
 from snowsource.core.records import TombstoneShaper, TypedShaper
 from snowsource.core.retry import RetryPolicy
+from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page
+from snowsource.engine.ports import PageSource
+from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import stream_hooks
-from snowsource.engine.streams import DeleteHooks, SweepMark, TableHooks
-from snowsource.engine.wiring import connector_specs, owned_specs, table_spec
+from snowsource.engine.streams import DeleteHooks, StreamHooks, SweepMark, TableHooks
+from snowsource.engine.table_specs import connector_specs, owned_specs, table_spec
 from snowsource.observability import metrics
 from snowsource.runtime.deadline import StopSignal
 from tests.fakes import FakeSink, make_spec
 
 URL = "https://acme.service-now.com"
+
+
+def _requests(client: PageSource) -> SnowRequests:
+    return SnowRequests(
+        client, alias="incident", retry=RetryPolicy(0.01, 0.01), stop=asyncio.Event()
+    )
+
+
+def _hooks(specs: list[TableSpec]) -> dict[str, StreamHooks]:
+    requests = _requests(_Dictionary({}))
+    return {alias: make(requests) for alias, make in stream_hooks(specs).items()}
 
 
 def _settings(tmp_path: Path, table: dict[str, Any], **top: Any) -> Settings:
@@ -156,9 +170,7 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
     hooks = DeleteHooks(
         spec,
         mark=SweepMark(),
-        client=_Dictionary({}),
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
+        requests=_requests(_Dictionary({})),
     )
     row = {
         "sys_id": "a" * 32,
@@ -191,12 +203,7 @@ def test_a_delete_stream_sends_tombstones_keyed_by_the_deleted_row() -> None:
 def test_the_delete_stream_waits_then_trails_the_tables_completed_sweeps() -> None:
     mark = SweepMark()
     table = make_spec("incident", deletes=True, safety_lag_seconds=2)
-    hooks = stream_hooks(
-        [table, delete_stream_spec(table, snow_url=URL)],
-        client=_Dictionary({}),
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
-    )
+    hooks = _hooks([table, delete_stream_spec(table, snow_url=URL)])
     own, deletes = hooks["incident"], hooks["incident.deletes"]
     assert deletes.cap("2026-09-29 07:00:30") is None  # the table has not completed a sweep
     assert own.cap("2026-09-29 07:00:20") == "2026-09-29 07:00:20"
@@ -211,12 +218,7 @@ def test_the_delete_stream_waits_then_trails_the_tables_completed_sweeps() -> No
 
 def test_with_no_safety_lag_the_delete_stream_stays_a_second_behind() -> None:
     table = make_spec("incident", deletes=True, safety_lag_seconds=0)
-    hooks = stream_hooks(
-        [table, delete_stream_spec(table, snow_url=URL)],
-        client=_Dictionary({}),
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
-    )
+    hooks = _hooks([table, delete_stream_spec(table, snow_url=URL)])
     hooks["incident"].cap("2026-09-29 07:00:20")
     hooks["incident"].completed("2026-09-29 07:00:20")
     assert hooks["incident.deletes"].cap("2026-09-29 07:00:30") == "2026-09-29 07:00:19"
@@ -225,9 +227,7 @@ def test_with_no_safety_lag_the_delete_stream_stays_a_second_behind() -> None:
 def test_upserts_carry_the_operation_header() -> None:
     hooks = TableHooks(
         make_spec("incident"),
-        client=_Dictionary({}),
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
+        requests=_requests(_Dictionary({})),
     )
     emit = _emit("2026-09-29 07:00:30", "b" * 32, b"{}")
     assert hooks.key_value(emit) == (b"b" * 32, b"{}")
@@ -265,7 +265,7 @@ class _Dictionary:
 async def test_typed_hooks_read_the_dictionary_again_only_for_new_columns() -> None:
     client = _Dictionary({"u_count": "integer", "sys_id": "GUID"})
     spec = make_spec("thing", name="u_thing", value_format="typed")
-    hooks = TableHooks(spec, client=client, retry=RetryPolicy(0.01, 0.01), stop=asyncio.Event())
+    hooks = TableHooks(spec, requests=_requests(client))
     await hooks.start()
     assert client.dictionary_reads == 1
     shaper = hooks.shaper
@@ -288,7 +288,7 @@ async def test_typed_hooks_read_the_dictionary_again_only_for_new_columns() -> N
 async def test_unparsed_values_are_counted_for_emitted_rows_only() -> None:
     client = _Dictionary({"u_count": "integer"})
     spec = make_spec("thing_count", name="u_thing", value_format="typed")
-    hooks = TableHooks(spec, client=client, retry=RetryPolicy(0.01, 0.01), stop=asyncio.Event())
+    hooks = TableHooks(spec, requests=_requests(client))
     await hooks.start()
 
     def counted() -> float:
@@ -352,9 +352,7 @@ async def test_a_delete_stream_leaves_out_tombstones_of_rows_that_exist_again() 
     hooks = DeleteHooks(
         delete_stream_spec(table, snow_url=URL),
         mark=SweepMark(),
-        client=client,
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
+        requests=_requests(client),
     )
 
     def audit(audit_id: str, key: str) -> dict[str, str]:
@@ -382,9 +380,7 @@ async def test_a_delete_stream_asks_about_each_audit_row_once() -> None:
     hooks = DeleteHooks(
         delete_stream_spec(table, snow_url=URL),
         mark=SweepMark(),
-        client=client,
-        retry=RetryPolicy(0.01, 0.01),
-        stop=asyncio.Event(),
+        requests=_requests(client),
     )
 
     def audit(audit_id: str, key: str, second: int) -> dict[str, str]:

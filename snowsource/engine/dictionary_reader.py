@@ -2,10 +2,12 @@
 
 The walk itself is pure (:mod:`snowsource.core.dictionary`); this module does its requests:
 one ``sys_db_object`` row per step up ``super_class``, then the dictionary rows of the whole
-lineage, paged by ``sys_id``. It retries nothing but a dictionary page the instance found too
-expensive, asked again at half the size (as table pages are): any other retriable error
-reaches the caller, whose retry policy owns the table. A 403 on either schema table becomes a
-``TableError`` naming the read access typed records need.
+lineage, paged by ``sys_id``. It retries nothing itself but a dictionary page the instance found
+too expensive, asked again at half the size (as table pages are): the daemon hands it its
+stream's request path (``engine.snow_requests.SnowRequests.getter``), which retries each
+request except that one; ``snowsource check`` hands it the client, and a retriable error
+reaches the check. A 403 on either schema table becomes a ``TableError`` naming the read access
+typed records need.
 """
 
 from __future__ import annotations
