@@ -26,7 +26,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import UnknownTopicOrPartitionError
 
-from snowsource.adapters.kafka import KafkaConnection, close_fully
+from snowsource.adapters.kafka import KafkaConnection, LiveNodeAdmin, close_fully
 from snowsource.engine.poller import Poller
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
@@ -67,7 +67,7 @@ class TopicWatch(AsyncResource):
         if not self._states:
             return
         # Kept before start(): a start that fails half-way has a connection close() must stop.
-        self._admin = AIOKafkaAdminClient(**self._conn.client_kwargs())
+        self._admin = LiveNodeAdmin(**self._conn.client_kwargs())
         await self._admin.start()
         self._task = asyncio.create_task(self._loop(), name="topic-watch")
 
