@@ -114,7 +114,8 @@ class BrokerAbsence(logging.Filter):
             self._episodes[broker] = (since, now)
         if fresh:
             _warn(name, since, record.getMessage())
-        return True
+        # Demoted below the level the operator asked for (snowsource's own): not shown.
+        return logging.getLogger("snowsource").isEnabledFor(logging.INFO)
 
     @classmethod
     def forget(cls) -> None:
