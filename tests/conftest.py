@@ -18,14 +18,18 @@ TopicFactory = Callable[..., Awaitable[str]]
 
 #: The fixtures that reach the real broker: a test using any of them, however indirectly, is
 #: marked ``kafka`` (``make test-unit`` deselects those and needs no broker).
-BROKER_FIXTURES = frozenset({"kafka_bootstrap"})
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_cluster"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the broker ``kafka``, from the fixtures it really uses."""
+    """Mark every test that uses the broker ``kafka``, from the fixtures it really uses; a test
+    on the three-broker cluster also ``cluster`` (run by ``make test-cluster`` only)."""
     for item in items:
-        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if BROKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.kafka)
+        if "kafka_cluster" in fixtures:
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
