@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from snowsource.core.offsets_codec import parse_key, partition_for
@@ -130,6 +131,26 @@ class World:
         daemon = Daemon(name, exactly_once, aliases, config)
         self.daemons.append(daemon)
         return daemon
+
+    def group(
+        self, suffix: str, *, exactly_once: bool, tables: Iterable[str], members: int = 3
+    ) -> list[Daemon]:
+        """``members`` processes of one connector sharing its tables (tasks.assignment:
+        group); each has a configuration file (and so logs) of its own."""
+        first = self.daemon(
+            suffix, exactly_once=exactly_once, tables=tables, **{"tasks.assignment": "group"}
+        )
+        document = yaml.safe_load(first.config.read_text())
+        document.pop("tasks.max", None)
+        document.pop("task.id", None)
+        write_config(first.config, document)
+        out = [first]
+        for n in range(1, members):
+            config = write_config(first.config.with_name(f"{first.name}-m{n}.yaml"), document)
+            member = Daemon(first.name, exactly_once, first.tables, config)
+            self.daemons.append(member)
+            out.append(member)
+        return out
 
     def pair(self, **top: Any) -> tuple[Daemon, Daemon]:
         """An at-least-once and an exactly-once connector reading the same tables."""
@@ -278,7 +299,8 @@ class World:
         """The checks of every fault test, once rows stopped changing; returns the duplicate
         (sys_id, value) count of each at-least-once daemon."""
         duplicates: dict[str, int] = {}
-        for daemon in daemons:
+        connectors = {daemon.name: daemon for daemon in daemons}  # a group's members: once
+        for daemon in connectors.values():
             for table in daemon.tables:
                 await poll_until(
                     functools.partial(self._final, daemon, table),
@@ -293,6 +315,7 @@ class World:
                 else:
                     duplicates[f"{daemon.name}.{table}"] = twice
             await self.offsets_never_moved_back(daemon)
+        for daemon in daemons:
             assert daemon.alive, f"{daemon.mode} daemon exited:\n{daemon.tail()}"
         return duplicates
 
