@@ -62,18 +62,26 @@ _COORDINATOR_MOVED: Final = (
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)\)")
 
 
+#: Node id -> address, learnt from the messages that quote both (bounded: one per broker).
+_ADDRESSES: dict[str, str] = {}
+
+
 def _broker(record: logging.LogRecord, index: int | None) -> tuple[str, str]:
-    """The broker the message is about, and how to name it: with its address when the error
-    quotes one (the episode is the node's, whichever message names it)."""
+    """The broker the message is about (its address when known, so the bootstrap's and the
+    node's messages share an episode), and how to name it."""
     args = record.args if isinstance(record.args, tuple) else ()
     if record.msg.startswith('Unable connect to "%s:%s"') and len(args) >= 2:
         return (f"{args[0]}:{args[1]}",) * 2
     if index is None or index >= len(args):
         return ("coordinator",) * 2
-    text = " ".join(str(a) for a in args)
-    address = _ADDRESS.search(text)
-    where = f" ({address[1]}:{address[2]})" if address else ""
-    return f"node {args[index]}", f"node {args[index]}{where}"
+    node = args[index]
+    if isinstance(node, list):  # a metadata refresh every known broker refused
+        return ("every broker",) * 2
+    address = _ADDRESS.search(" ".join(str(a) for a in args))
+    if address and len(_ADDRESSES) < 1000:
+        _ADDRESSES[str(node)] = f"{address[1]}:{address[2]}"
+    known = _ADDRESSES.get(str(node))
+    return (known, f"node {node} ({known})") if known else ((f"node {node}",) * 2)
 
 
 def _routine(record: logging.LogRecord) -> tuple[str, str] | None:
