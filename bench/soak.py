@@ -127,10 +127,9 @@ def _fds(pid: int) -> int:
 
 
 def _dir_bytes(data: Path, topic: str) -> int:
-    total = 0
-    for part in data.glob(f"{topic}-*"):
-        total += sum(f.stat().st_size for f in part.iterdir() if f.is_file())
-    return total
+    """Bytes of the topic's log segments (the index files are preallocated sparse files of
+    10 MiB each, which say nothing about growth)."""
+    return sum(f.stat().st_size for f in data.glob(f"{topic}-*/*.log"))
 
 
 @contextlib.asynccontextmanager
@@ -205,6 +204,7 @@ async def _missing(emu: Emulator, bootstrap: str, topic: str, table: str) -> int
     await consumer.start()
     latest: dict[bytes, Any] = {}
     try:
+        await consumer._client.force_metadata_update()  # a consumer knows no topic at first
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
