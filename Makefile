@@ -39,11 +39,14 @@ test: install kafka-up
 test-cluster: install
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
 
+# The same cluster by hand (the port rule of tests/cluster/conftest.py).
+CLUSTER_PORT = $${KAFKA_CLUSTER_PORT:-$$(( $${KAFKA_PORT:-9092} + 100 ))}
+
 cluster-up:
-	KAFKA_PORT=$${KAFKA_CLUSTER_PORT:-9192} scripts/kafka-cluster.sh start
+	KAFKA_PORT=$(CLUSTER_PORT) scripts/kafka-cluster.sh start
 
 cluster-down:
-	KAFKA_PORT=$${KAFKA_CLUSTER_PORT:-9192} scripts/kafka-cluster.sh stop
+	KAFKA_PORT=$(CLUSTER_PORT) scripts/kafka-cluster.sh stop
 
 # Everything that needs no broker (tests that use it are marked `kafka` from their fixtures):
 # runs with no Kafka at all.

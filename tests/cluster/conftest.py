@@ -52,3 +52,4 @@ async def world(kafka_cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Wo
         finally:
             await world.close()
             await kafka_cluster.heal()
+            await world.delete_topics()
