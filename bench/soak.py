@@ -102,15 +102,28 @@ class Member:
                 text = await resp.text()
         except aiohttp.ClientError:
             return {}
-        for line in text.splitlines():
-            name, _, value = line.rpartition(" ")
+        lines = [line.rpartition(" ") for line in text.splitlines()]
+        # A table the member released keeps its last gauges: count the tables it runs.
+        running = {
+            _table_of(name)
+            for name, _, value in lines
+            if name.startswith('snowsource_table_state{state="RUNNING"') and value == "1.0"
+        }
+
+        for name, _, value in lines:
             if name.startswith("snowsource_asyncio_tasks"):
                 out["tasks"] = float(value)
-            elif name.startswith("snowsource_dedup_entries{"):
+            elif name.startswith("snowsource_dedup_entries{") and _table_of(name) in running:
                 out["dedup"] += float(value)
-            elif name.startswith("snowsource_lag_seconds{"):
+            elif name.startswith("snowsource_lag_seconds{") and _table_of(name) in running:
                 out["lag"] = max(out["lag"], float(value))
         return out
+
+
+def _table_of(sample: str) -> str:
+    """The ``table`` label of a Prometheus sample line's name part ("" when it has none)."""
+    _, found, rest = sample.partition('table="')
+    return rest.partition('"')[0] if found else ""
 
 
 def _free_port() -> int:
@@ -235,6 +248,40 @@ def _growth(first: Sample, last: Sample) -> dict[str, float]:
     }
 
 
+async def _soak(
+    args: argparse.Namespace,
+    emu: Emulator,
+    *,
+    name: str,
+    members: list[Member],
+    counter: list[int],
+    samples: list[Sample],
+) -> None:
+    """Start the members, change rows for ``--minutes``, measure and restart on schedule."""
+    for member in members:
+        member.start()
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    next_sample, next_restart, turn = started + args.every, started + args.restart_every, 0
+    topic = f"{name}-offsets"
+    async with _changing(emu, args.rate, counter):
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if now >= next_sample or now >= next_restart:
+                samples.append(await _sample(members, started, args.kafka_data, topic, counter[0]))
+                _show(samples[-1])
+                next_sample = now + args.every
+            if now >= next_restart:
+                print(f"# restarting member {turn % len(members)}", flush=True)
+                member = members[turn % len(members)]
+                await member.stop()
+                member.start()
+                turn, next_restart = turn + 1, now + args.restart_every
+            await asyncio.sleep(1)
+    samples.append(await _sample(members, started, args.kafka_data, topic, counter[0]))
+    _show(samples[-1])
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     name = f"soak-{uuid.uuid4().hex[:8]}"
     emu = Emulator(seed=5, now=datetime.now(UTC) - timedelta(seconds=5))
@@ -248,35 +295,13 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             doc = config(url, args.bootstrap, list(TABLES), name, 200)
             doc |= {"tasks.assignment": "group", "log": {"format": "json", "level": "INFO"}}
             members = [Member(Path(tmp), doc, n) for n in range(3)]
-            for member in members:
-                member.start()
-            started = time.monotonic()
-            end = started + args.minutes * 60
-            next_sample, next_restart, turn = started + args.every, started + args.restart_every, 0
-            async with _changing(emu, args.rate, counter):
-                while time.monotonic() < end:
-                    now = time.monotonic()
-                    if now >= next_sample or now >= next_restart:
-                        sample = await _sample(
-                            members, started, args.kafka_data, f"{name}-offsets", counter[0]
-                        )
-                        samples.append(sample)
-                        _show(sample)
-                        next_sample = now + args.every
-                    if now >= next_restart:
-                        member = members[turn % len(members)]
-                        print(f"# restarting member {turn % len(members)}", flush=True)
-                        await member.stop()
-                        member.start()
-                        turn, next_restart = turn + 1, now + args.restart_every
-                    await asyncio.sleep(1)
-            samples.append(
-                await _sample(members, started, args.kafka_data, f"{name}-offsets", counter[0])
-            )
-            _show(samples[-1])
-            lost = await _lost(emu, args.bootstrap, name, 300)
-            for member in members:
-                await member.stop()
+            lost: dict[str, int] = {}
+            try:
+                await _soak(args, emu, name=name, members=members, counter=counter, samples=samples)
+                lost = await _lost(emu, args.bootstrap, name, 300)
+            finally:  # an error or Ctrl-C must not leave the members running
+                for member in members:
+                    await member.stop()
     warm = args.warmup if args.warmup is not None else min(10.0, args.minutes / 3)
     reference = next((s for s in samples if s.minute >= warm), samples[0])
     growth = _growth(reference, samples[-1])
