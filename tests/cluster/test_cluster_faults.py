@@ -30,11 +30,9 @@ STALL_SECONDS = 30
 
 async def _held_down(world: World, *nodes: int, seconds: float) -> None:
     """Kill ``nodes`` (SIGKILL), keep them down ``seconds`` with rows changing, restart them."""
-    for node in nodes:
-        await world.cluster.kill(node)
+    await asyncio.gather(*(world.cluster.kill(node) for node in nodes))
     await asyncio.sleep(seconds)  # the fault's prescribed duration, not a synchronisation
-    for node in nodes:
-        await world.cluster.restart(node)
+    await asyncio.gather(*(world.cluster.restart(node) for node in nodes))
 
 
 async def _started(world: World, *daemons: Daemon) -> None:
@@ -166,8 +164,7 @@ async def test_two_brokers_down_for_30_seconds(world: World) -> None:
     async with world.changing():
         await _started(world, alo, eos)
         await world.streaming(alo, eos)
-        for node in (1, 2):
-            await world.cluster.kill(node)
+        await asyncio.gather(world.cluster.kill(1), world.cluster.kill(2))
         for port, daemon in zip(ports, (alo, eos), strict=True):
             status = await poll_until(
                 functools.partial(_failing, port, daemon),
@@ -178,8 +175,7 @@ async def test_two_brokers_down_for_30_seconds(world: World) -> None:
             assert status["failing_since"], status
             assert await _metric(port) > 0
         await asyncio.sleep(max(0.0, STALL_SECONDS - 10))  # down 30 s in all (polls included)
-        for node in (1, 2):
-            await world.cluster.restart(node)
+        await asyncio.gather(world.cluster.restart(1), world.cluster.restart(2))
         for port, daemon in zip(ports, (alo, eos), strict=True):
             await poll_until(
                 functools.partial(_well, port, daemon),
