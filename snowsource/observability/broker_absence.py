@@ -67,21 +67,25 @@ _ADDRESSES: dict[str, str] = {}
 
 
 def _broker(record: logging.LogRecord, index: int | None) -> tuple[str, str]:
-    """The broker the message is about (its address when known, so the bootstrap's and the
-    node's messages share an episode), and how to name it."""
+    """The broker the message is about (its episode's key) and how to name it (with its
+    address once a message quoted it)."""
     args = record.args if isinstance(record.args, tuple) else ()
     if record.msg.startswith('Unable connect to "%s:%s"') and len(args) >= 2:
-        return (f"{args[0]}:{args[1]}",) * 2
+        bootstrap = f"{args[0]}:{args[1]}"
+        named = next((n for n, a in _ADDRESSES.items() if a == bootstrap), None)
+        return (f"node {named}", f"node {named} ({bootstrap})") if named else (bootstrap,) * 2
     if index is None or index >= len(args):
         return ("coordinator",) * 2
     node = args[index]
     if isinstance(node, list):  # a metadata refresh every known broker refused
         return ("every broker",) * 2
-    address = _ADDRESS.search(" ".join(str(a) for a in args))
-    if address and len(_ADDRESSES) < 1000:
-        _ADDRESSES[str(node)] = f"{address[1]}:{address[2]}"
+    quoted = _ADDRESS.search(" ".join(str(a) for a in args))
+    if quoted and len(_ADDRESSES) < 1000:
+        _ADDRESSES[str(node)] = f"{quoted[1]}:{quoted[2]}"
     known = _ADDRESSES.get(str(node))
-    return (known, f"node {node} ({known})") if known else ((f"node {node}",) * 2)
+    # Keyed by the node, whether or not this message quotes its address; the bootstrap's
+    # messages (an address only) join the node's episode once the address is known.
+    return f"node {node}", f"node {node} ({known})" if known else f"node {node}"
 
 
 def _routine(record: logging.LogRecord) -> tuple[str, str] | None:

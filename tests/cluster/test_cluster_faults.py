@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+from collections import Counter
 from datetime import UTC, datetime
 
 import aiohttp
@@ -185,9 +186,15 @@ async def test_two_brokers_down_for_30_seconds(world: World) -> None:
             )
     _no_duplicates_at_least_once(await world.settled(alo, eos))
     for daemon in (alo, eos):
-        warns = [line for line in daemon.lines() if line.get("level") == "warning"]
-        # One WARN per episode and per retry, never one per record.
-        assert len(warns) < 40, [w.get("event") for w in warns]
+        warns = Counter(
+            (line.get("event"), line.get("broker"))
+            for line in daemon.lines()
+            if line.get("level") == "warning"
+        )
+        # One WARN per episode (per broker for the library's messages), never one per record
+        # or per retry: a few at most of each.
+        assert warns, "the outage was not reported"
+        assert max(warns.values()) <= 3, warns
 
 
 async def _failing(port: int, daemon: Daemon) -> dict[str, object] | None:
