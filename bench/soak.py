@@ -331,7 +331,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.rate < 30:
-        parser.error("--rate must be at least 30 changes a second (issue 30)")
+        parser.error("--rate must be at least 30 changes a second (the soak's minimum)")
     result = asyncio.run(_run(args))
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=2))
     if args.json:

@@ -1,4 +1,4 @@
-"""Delivery through broker failures on the three-broker cluster (SPEC §15.4, issue 30).
+"""Delivery through broker failures on the three-broker cluster (SPEC §15.4).
 
 Each test runs an at-least-once and an exactly-once connector side by side on the same changing
 table (so one fault is met by both modes, and the run stays short), injects one fault, lets the
