@@ -6,8 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install test test-unit lint fmt kafka-up kafka-down kafka-status registry-up registry-down \
-	demo demo-avro emulator bench clean \
+.PHONY: all install test test-unit test-cluster cluster-up cluster-down lint fmt kafka-up \
+	kafka-down kafka-status registry-up registry-down demo demo-avro emulator bench clean \
 	image image-smoke
 
 all: lint test
@@ -41,6 +41,21 @@ registry-down:
 # The registry's tests start it themselves (tests/conftest.py), as they do the broker.
 test: install kafka-up registry-up
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# The fault tests on a three-broker cluster (SPEC §15.4; marked `cluster`, left out of `make
+# test`): scripts/kafka-cluster.sh starts the cluster on KAFKA_CLUSTER_PORT (default
+# KAFKA_PORT + 100, i.e. 9192-9194) once for the run and stops it at the end. About 10 minutes.
+test-cluster: install
+	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+# The same cluster by hand (the port rule of tests/cluster/conftest.py).
+CLUSTER_PORT = $${KAFKA_CLUSTER_PORT:-$$(( $${KAFKA_PORT:-9092} + 100 ))}
+
+cluster-up:
+	KAFKA_PORT=$(CLUSTER_PORT) scripts/kafka-cluster.sh start
+
+cluster-down:
+	KAFKA_PORT=$(CLUSTER_PORT) scripts/kafka-cluster.sh stop
 
 # Everything that needs no broker (tests that use it are marked `kafka` from their fixtures):
 # runs with no Kafka at all.

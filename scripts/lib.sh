@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers shared by kafka.sh, kafka-secure.sh and connect.sh: sourced, never run.
+# Helpers shared by kafka.sh, kafka-cluster.sh, kafka-secure.sh and connect.sh: sourced, never run.
 #
 # The sourcing script defines log() (its own message prefix), PIDFILE, LOGFILE, START_TIMEOUT
 # and the probe() that says its process is ready; is_running() is the one below unless it
@@ -209,11 +209,13 @@ kafka_is_running() {
   kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" 2>/dev/null | grep -qF "$KAFKA_DATA/server.properties"
 }
 
-# Answers 0 once the broker on KAFKA_PORT returns a Metadata response listing at least one broker.
+# Answers 0 once the broker on KAFKA_PORT returns a Metadata response listing at least $1 brokers
+# (default 1; a cluster is whole when every node is listed).
 kafka_probe() {
-  python3 - "$KAFKA_PORT" <<'PY'
+  python3 - "$KAFKA_PORT" "${1:-1}" <<'PY'
 import socket, struct, sys
 port = int(sys.argv[1])
+need = int(sys.argv[2])
 client = b"kafka.sh"
 # Metadata v1 request: api_key 3, version 1, correlation 1, client id, topics = null (all)
 body = struct.pack(">hhih", 3, 1, 1, len(client)) + client + struct.pack(">i", -1)
@@ -231,7 +233,7 @@ try:
                 sys.exit(1)
             data += chunk
     brokers = struct.unpack(">i", data[4:8])[0]
-    sys.exit(0 if brokers >= 1 else 1)
+    sys.exit(0 if brokers >= need else 1)
 except OSError:
     sys.exit(1)
 PY

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import hypothesis
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -17,22 +18,35 @@ from tests.registry_support import LocalRegistry, session_registry
 
 TopicFactory = Callable[..., Awaitable[str]]
 
+# Property tests run beside brokers and daemons on a loaded 2-core CI machine: a wall-clock
+# deadline per example (hypothesis's default 200 ms) or its too-slow health check would fail a
+# correct test there. The per-test timeout still catches a real hang.
+hypothesis.settings.register_profile(
+    "snowsource",
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+hypothesis.settings.load_profile("snowsource")
+
 #: The fixtures that reach the real broker: a test using any of them, however indirectly, is
 #: marked ``kafka`` (``make test-unit`` deselects those and needs no broker).
-BROKER_FIXTURES = frozenset({"kafka_bootstrap"})
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_cluster"})
 #: Likewise the fixture that starts the real Schema Registry: its tests are marked ``registry``.
 REGISTRY_FIXTURES = frozenset({"schema_registry"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the broker ``kafka`` (the registry: ``registry``), from the
-    fixtures it really uses."""
+    fixtures it really uses; a test on the three-broker cluster also ``cluster`` (run by
+    ``make test-cluster`` only)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.kafka)
         if REGISTRY_FIXTURES & used:
             item.add_marker(pytest.mark.registry)
+        if "kafka_cluster" in used:
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")

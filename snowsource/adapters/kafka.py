@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -20,8 +21,12 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     IllegalSaslStateError,
+    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    NodeNotReadyError,
+    NotControllerError,
+    RequestTimedOutError,
     SaslAuthenticationFailed,
     TopicAlreadyExistsError,
     UnsupportedSaslMechanismError,
@@ -252,10 +257,70 @@ async def diagnose_security(conn: KafkaConnection) -> KafkaSecurityError | None:
     return None
 
 
+#: A broker we cannot reach answers with one of these: the request goes to another broker.
+_NODE_DOWN = (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError)
+
+
+class LiveNodeAdmin(AIOKafkaAdminClient):  # type: ignore[misc]  # aiokafka is untyped
+    """An admin client that sends what any broker can answer to a broker that is up.
+
+    aiokafka's admin client sends such requests (metadata, configs, coordinator lookups) to a
+    broker drawn at random from the last metadata, and controller requests to the node that
+    metadata names: on a cluster with one broker down (killed, restarting, not yet fenced by
+    the controller) a start-up then fails at once with ``NodeNotReadyError`` although two
+    brokers could answer. Here a request for no broker in particular tries the brokers in
+    random order until one answers, and a controller request refreshes the metadata and tries
+    again (a killed node stays "controller" in metadata until it is fenced), both within the
+    client's request timeout.
+    """
+
+    async def live_node(self) -> int:
+        """The id of a broker that accepts a connection now (metadata refreshed when none)."""
+        nodes = [broker.nodeId for broker in self._client.cluster.brokers()]
+        random.shuffle(nodes)
+        for node in nodes:
+            if await self._client.ready(node):
+                return int(node)
+        await self._client.force_metadata_update()
+        raise NodeNotReadyError(f"none of the brokers {sorted(nodes)} accepts a connection")
+
+    async def _send_request(self, request: Any, node_id: int | None = None) -> Any:
+        if node_id is not None:
+            return await self._client.send(node_id, request)
+        return await self._patiently(lambda node: self._client.send(node, request), None)
+
+    async def _send_to_controller(self, request: Any) -> Any:
+        return await self._patiently(
+            lambda node: self._client.send(node, request), self._controller
+        )
+
+    async def _controller(self) -> int:
+        controller = self._client.cluster.controller
+        if controller is None or not await self._client.ready(controller.nodeId):
+            await self._client.force_metadata_update()
+            raise NodeNotReadyError("the controller named by metadata is not reachable")
+        return int(controller.nodeId)
+
+    async def _patiently(self, send: Any, pick: Any) -> Any:
+        """``send(node)`` to the node ``pick()`` (default: any live one) returns, again with a
+        fresh pick after a backoff while nodes are down, within the request timeout."""
+        timeout = self._client._request_timeout_ms / 1000
+        deadline = Deadline.after(timeout)
+        while True:
+            try:
+                node = await (pick or self.live_node)()
+                return await send(node)
+            except (*_NODE_DOWN, NotControllerError):
+                if deadline.remaining() <= self._client._retry_backoff:
+                    raise
+                await self._client.force_metadata_update()
+                await asyncio.sleep(self._client._retry_backoff)
+
+
 @contextlib.asynccontextmanager
 async def admin_client(conn: KafkaConnection) -> AsyncIterator[AIOKafkaAdminClient]:
     """An admin client that is always closed."""
-    admin = AIOKafkaAdminClient(**conn.client_kwargs())
+    admin = LiveNodeAdmin(**conn.client_kwargs())
     try:
         await start_fully(admin)
         yield admin
@@ -329,9 +394,13 @@ async def broker_defaults(admin: AIOKafkaAdminClient) -> tuple[int, int]:
     aiokafka speaks CreateTopics v3 at most, which cannot ask for "broker default" (-1), so we
     resolve the defaults ourselves.
     """
-    cluster = await admin.describe_cluster()
-    brokers = cluster.get("brokers") or []
-    node_id = str(brokers[0]["node_id"]) if brokers else "1"
+    if isinstance(admin, LiveNodeAdmin):
+        # A broker's own configuration is answered by that broker only: ask one that is up.
+        node_id = str(await admin.live_node())
+    else:
+        cluster = await admin.describe_cluster()
+        brokers = cluster.get("brokers") or []
+        node_id = str(brokers[0]["node_id"]) if brokers else "1"
     # Only the two keys: a broker's whole configuration is hundreds of entries to decode.
     wanted = {"num.partitions": None, "default.replication.factor": None}
     responses = await admin.describe_configs(

@@ -368,6 +368,7 @@ class GroupMembership(AsyncResource):
             self._lost("no group coordinator reachable for a whole session")
 
     _last_check = 0.0
+    _describe_failing = False
 
     def _due(self) -> bool:
         return time.monotonic() - self._last_check >= self._check_interval
@@ -377,8 +378,14 @@ class GroupMembership(AsyncResource):
         try:
             members = await describe_members(self._conn, self.connector)
         except Exception as exc:  # noqa: BLE001 - a liveness check must never kill the daemon
-            log.warning("could not describe the consumer group", error=repr(exc))
+            # One WARN per run of failures (a coordinator down answers none of them), INFO after.
+            level = log.info if self._describe_failing else log.warning
+            level("could not describe the consumer group", error=repr(exc))
+            self._describe_failing = True
             return
+        if self._describe_failing:
+            log.info("consumer group described again")
+            self._describe_failing = False
         mine = self._member_id()
         newer = [
             m

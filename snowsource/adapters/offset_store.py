@@ -46,6 +46,13 @@ from snowsource.runtime.retrying import DeadlineExceededError, retrying
 
 log = structlog.get_logger(__name__)
 
+#: How the offsets topic is created. Compacted, as Connect's; and its segments roll every ten
+#: minutes, because compaction never touches the active segment: with Kafka's default (1 GiB or
+#: 7 days) a topic written a few times a second grew for days before the cleaner could drop a
+#: single superseded offset (the soak, docs/performance.md). A rolled segment keeps only each
+#: key's latest value, so the topic stays a few segments of ten minutes' commits.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": "600000"}
+
 
 # A freshly created topic takes a moment to appear in metadata, and its configuration can lag
 # its metadata: both are asked again every 100 ms for up to 30 s.
@@ -280,7 +287,7 @@ class OffsetStore(AsyncResource):
                         self.topic,
                         partitions=self._partitions,
                         replication_factor=self._replication_factor,
-                        configs={"cleanup.policy": "compact"},
+                        configs=OFFSETS_TOPIC_CONFIGS,
                     )
                 found = await _wait_for_topic(admin, self.topic)
             elif self._allow_full_replay:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import UnknownTopicOrPartitionError
 
-from snowsource.adapters.kafka import KafkaConnection, close_fully
+from snowsource.adapters.kafka import KafkaConnection, LiveNodeAdmin, close_fully
 from snowsource.runtime.deadline import Deadline
 from snowsource.runtime.resource import AsyncResource
 
@@ -30,12 +29,13 @@ class TopicLookup(AsyncResource):
 
     def __init__(self, conn: KafkaConnection) -> None:
         self._conn = conn
-        self._admin: AIOKafkaAdminClient | None = None
+        self._admin: LiveNodeAdmin | None = None
 
     async def start(self) -> None:
         """Connect the admin client."""
         # Kept before start(): a start that fails half-way has a connection close() must stop.
-        self._admin = AIOKafkaAdminClient(**self._conn.client_kwargs())
+        # Any live broker answers (one of a cluster may be down: SPEC §15.4).
+        self._admin = LiveNodeAdmin(**self._conn.client_kwargs())
         await self._admin.start()
 
     async def close(self, deadline: Deadline | None = None) -> None:

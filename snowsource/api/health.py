@@ -9,6 +9,7 @@ PAUSED connector (no poller runs), are ready: that is configuration or an operat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final
@@ -57,6 +58,7 @@ class HealthHandlers:
         so an alert on it needs no second probe of ``/health/ready``."""
         _, problems = await self._readiness()
         metrics.READY.set(0 if problems else 1)
+        metrics.ASYNCIO_TASKS.set(len(asyncio.all_tasks()))
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 

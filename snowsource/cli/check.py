@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError, for_code
 
 from snowsource.adapters.kafka import (
     KafkaConnection,
+    LiveNodeAdmin,
     broker_defaults,
     describe_topic_configs,
     diagnose_security,
@@ -158,7 +159,7 @@ async def _connect_admin(
     while True:
         remaining = max(deadline - time.monotonic(), 0.1)
         try:
-            admin = AIOKafkaAdminClient(
+            admin = LiveNodeAdmin(
                 **conn.client_kwargs(), request_timeout_ms=max(int(remaining * 1000), 1000)
             )
         except (OSError, ValueError) as exc:  # e.g. an unreadable SSL certificate

@@ -46,6 +46,7 @@ from snowsource.engine.slices import SliceTools, sliced_sweep
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import HooksFactory, stream_hooks
 from snowsource.engine.table_generation import TableGeneration
+from snowsource.observability import metrics
 from snowsource.runtime.aio import first_error, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, DeadlineExceededError, StoppedError, retrying
@@ -307,6 +308,7 @@ class Poller:
     def _page_done(self, gen: TableGeneration, plan: PagePlan, keep_from: str) -> None:
         self._failures.succeeded(FailureSource.KAFKA)
         gen.dedup.evict_older_than(keep_from)
+        metrics.DEDUP_ENTRIES.labels(table=self.spec.alias).set(len(gen.dedup))
         if plan.phase == "backfill":  # a full page: more rows wait behind it
             self._recorder.backfilling(
                 (self._clock.now() - parse_ts(gen.cursor.ts)).total_seconds()

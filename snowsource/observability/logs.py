@@ -25,6 +25,8 @@ import structlog
 from aiokafka import errors
 
 from snowsource.config.redaction import RedactedConfig
+from snowsource.observability.broker_absence import LOGGERS as FAILOVER_LOGGERS
+from snowsource.observability.broker_absence import BrokerAbsence
 from snowsource.observability.redact import REDACTED, redact_value, register_secrets
 
 __all__ = [
@@ -223,3 +225,6 @@ def configure_logging(
     logging.getLogger("aiokafka").setLevel(aiokafka_level)
     _filter("aiokafka.conn", _DropRequestDumps)
     _filter("aiokafka.consumer.group_coordinator", _CoordinatorStartup)
+    # After the start-up filter: a lookup it made INFO starts no episode.
+    for name in FAILOVER_LOGGERS:
+        _filter(name, BrokerAbsence)

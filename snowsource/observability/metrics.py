@@ -81,6 +81,17 @@ DEDUP_EVICTIONS = Counter(
     ["table"],
     registry=REGISTRY,
 )
+DEDUP_ENTRIES = Gauge(
+    "snowsource_dedup_entries",
+    "Entries the table's dedup cache holds after its last page (the re-read window's rows)",
+    ["table"],
+    registry=REGISTRY,
+)
+ASYNCIO_TASKS = Gauge(
+    "snowsource_asyncio_tasks",
+    "asyncio tasks alive in the process at this scrape (flat in a steady state)",
+    registry=REGISTRY,
+)
 CONSECUTIVE_FAILURES = Gauge(
     "snowsource_table_consecutive_failures",
     "Failed attempts (requests, produce, offset writes) since the table last worked; 0 when well",
@@ -216,6 +227,8 @@ ALL_METRIC_NAMES = (
     "snowsource_offsets_committed",
     "snowsource_produce_errors",
     "snowsource_dedup_evictions",
+    "snowsource_dedup_entries",
+    "snowsource_asyncio_tasks",
     "snowsource_values_unparsed",
     "snowsource_schema_registry_requests",
     "snowsource_schemas_refused",
