@@ -22,6 +22,8 @@ class TableState(StrEnum):
     RUNNING = "RUNNING"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
+    # A discovered table the integration user cannot read; probed again at the next discovery.
+    SKIPPED = "SKIPPED"
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from snowsource.emulator.aggregate import count_records
+from snowsource.emulator.catalog import catalog_routes
 from snowsource.emulator.clock import http_date
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.faults import Fault
@@ -222,5 +223,6 @@ def make_app(emu: Emulator) -> web.Application:
         router.add_get(prefix + "/{table}", count_records)
     router.add_post("/oauth_token.do", _oauth_token)
     statistics_routes(router)
+    catalog_routes(router)
     router.add_route("*", "/api/{tail:.*}", _unknown_api)
     return app

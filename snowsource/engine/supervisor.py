@@ -32,6 +32,7 @@ from snowsource.config.fields import TasksAssignment
 from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
+from snowsource.core.discovery import discovery_owner
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
@@ -39,6 +40,7 @@ from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.discovery import Discoverer
 from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, ShuttingDownError
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
@@ -53,6 +55,7 @@ from snowsource.engine.wiring import (
     owned_specs,
     secret_value,
     snow_retry,
+    stream_specs,
 )
 from snowsource.observability.logs import register_secrets
 from snowsource.runtime.aio import done_before, first_error, together
@@ -121,6 +124,7 @@ class Daemon:
         self._kafka_retry = kafka_retries(settings)
         self._tasks = TaskSet(self._generation_crashed)
         self._mode = self._tables_mode()
+        self.discoverer = self._make_discoverer()
         register_secrets(
             secret_value(s)
             for s in (
@@ -156,6 +160,53 @@ class Daemon:
             page_slots=slots,
         )
 
+    def _make_discoverer(self) -> Discoverer | None:
+        s = self.settings
+        if s.snow.discover is None:
+            return None
+        if s.tasks_assignment == TasksAssignment.GROUP:
+            log.warning("snow.discover is not yet run with tasks.assignment: group; ignored")
+            return None
+
+        def owns(name: str) -> bool:
+            # Static tasks split discovered tables by a hash of the name (SPEC §10, §15.2).
+            return discovery_owner(name, s.tasks_max) == s.task_id
+
+        return Discoverer(
+            s.snow.discover,
+            client=lambda: self._opened.client if self._opened else None,
+            retry=self._retry,
+            target=self,
+            explicit=[table.name for table in s.tables.values()],
+            owns=owns,
+            probe_limit=s.discovered_table("table").batch_size,
+        )
+
+    async def add_discovered(self, names: list[str]) -> None:
+        """Start newly discovered tables beside the running ones (``engine.discovery``)."""
+        async with self._lock:
+            if self._closing:
+                return
+            added: dict[str, list[TableSpec]] = {}
+            for name in names:
+                added[name] = stream_specs(
+                    self.settings, name, self.settings.discovered_table(name)
+                )
+            topics = [spec.topic for specs in added.values() for spec in specs]
+            self._topic_problems.update(await self._adapters.ensure_topics(topics))
+            for name, specs in added.items():
+                for spec in specs:
+                    log.info("table partition", table=spec.alias, topic=spec.topic)
+                await self._mode.add(name, specs)
+
+    async def remove_discovered(self, names: list[str]) -> None:
+        """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""
+        async with self._lock:
+            for name in names:
+                deadline = Deadline.after(self.settings.shutdown_timeout_seconds)
+                for problem in await self._mode.remove(name, deadline):
+                    log.warning("a table no longer discovered stopped uncleanly", problem=problem)
+
     # ----------------------------------------------------------------- the facade
 
     @property
@@ -164,8 +215,13 @@ class Daemon:
         return self._mode.pollers()
 
     def statuses(self) -> dict[str, TableStatus]:
-        """The status of every table running here, by alias."""
-        return {alias: poller.status for alias, poller in self._mode.pollers().items()}
+        """The status of every table running here, by alias, and of every discovered table
+        SKIPPED as unreadable."""
+        found = {alias: poller.status for alias, poller in self._mode.pollers().items()}
+        if self.discoverer is not None:
+            for alias, status in self.discoverer.statuses().items():
+                found.setdefault(alias, status)
+        return found
 
     @property
     def state(self) -> ConnectorState:
@@ -272,6 +328,8 @@ class Daemon:
         async with AsyncExitStack() as stack:
             await self._open_resources(stack)
             await self.start_pollers()
+            if self.discoverer is not None:
+                self._tasks.spawn(self.discoverer.run(), name="discovery")
             self.ready.set()
             try:
                 await shutdown.wait()
@@ -297,7 +355,7 @@ class Daemon:
                 topic=spec.topic,
                 partition=spec.partition.as_dict(),
             )
-        if not self.specs and not self._mode.group_mode:
+        if not self.specs and not self._mode.group_mode and s.snow.discover is None:
             log.warning(
                 "this task owns no tables",
                 task_id=s.task_id,
@@ -382,6 +440,8 @@ class Daemon:
     async def _shut_down(self) -> None:
         deadline = self._shutdown_deadline()
         log.info("shutting down", timeout_s=self.settings.shutdown_timeout_seconds)
+        if self.discoverer is not None:
+            self.discoverer.stop()
         async with self._lock:
             self._closing = True
             await self._mode.stop(deadline, closing=True)
