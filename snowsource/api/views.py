@@ -179,7 +179,33 @@ class StatusViews:
                 if where.worker_id != self._ctx.worker_id:
                     out[spec.alias]["state"] = where.state
                 out[spec.alias]["worker_id"] = where.worker_id
+        for alias, status in statuses.items():
+            if alias not in out and status.state == TableState.SKIPPED:
+                out[alias] = self._skipped_table(alias, status)
         return out
+
+    def _skipped_table(self, alias: str, status: TableStatus) -> dict[str, object]:
+        """A discovered table the integration user cannot read (SPEC §15.2): no poller."""
+        return {
+            "table": alias,
+            "topic": f"{self._ctx.settings.topic_prefix}{alias}",
+            "partition": None,
+            "state": status.state.value,
+            "phase": None,
+            "cursor": None,
+            "committed": None,
+            "lag_seconds": None,
+            "caught_up": False,
+            "last_error": status.last_error,
+            "consecutive_failures": 0,
+            "failing_since": None,
+            "rows_emitted": 0,
+            "rows_suppressed": 0,
+            "rows_late": 0,
+            "pages": 0,
+            "sweeps": 0,
+            "backfill": None,
+        }
 
     def _idle_table(self, spec: TableSpec, state: ConnectorState) -> dict[str, object]:
         """A table with no poller (STOPPED, PAUSED): where a resume would start it."""

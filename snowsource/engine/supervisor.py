@@ -103,7 +103,9 @@ class Daemon:
         self.settings = settings
         # sys_ids per key-sweep page: SPEC §14.3's 10,000 (tests give a smaller one).
         self._reconcile_page_size = reconcile_page_size
-        self.specs = owned_specs(settings)
+        self._explicit_specs = owned_specs(settings)
+        # Discovered tables running here, by name (their streams' specs): ``engine.discovery``.
+        self._discovered: dict[str, list[TableSpec]] = {}
         self.ready = asyncio.Event()
         self._adapters = adapters or Adapters(settings)
         self._allow_full_replay = allow_full_replay
@@ -141,7 +143,7 @@ class Daemon:
         if self.settings.tasks_assignment == TasksAssignment.GROUP:
             # The consumer group decides, table by table, what runs here.
             owner = GroupOwner(
-                self.specs,
+                self._explicit_specs,
                 build=self._build_pollers,
                 run=self._run_pollers,
                 reload=self._reload_offsets,
@@ -152,7 +154,7 @@ class Daemon:
             )
             return GroupTables(owner)
         return StaticTables(
-            self.specs,
+            self._explicit_specs,
             build=self._build_pollers,
             run=self._run_pollers,
             prepare=self._prepare_restart,
@@ -197,17 +199,27 @@ class Daemon:
             for name, specs in added.items():
                 for spec in specs:
                     log.info("table partition", table=spec.alias, topic=spec.topic)
+                self._discovered[name] = specs
                 await self._mode.add(name, specs)
 
     async def remove_discovered(self, names: list[str]) -> None:
         """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""
         async with self._lock:
             for name in names:
+                self._discovered.pop(name, None)
                 deadline = Deadline.after(self.settings.shutdown_timeout_seconds)
                 for problem in await self._mode.remove(name, deadline):
                     log.warning("a table no longer discovered stopped uncleanly", problem=problem)
 
     # ----------------------------------------------------------------- the facade
+
+    @property
+    def specs(self) -> list[TableSpec]:
+        """Every stream this process owns: the configured ones, then the discovered ones."""
+        return [
+            *self._explicit_specs,
+            *(spec for specs in self._discovered.values() for spec in specs),
+        ]
 
     @property
     def pollers(self) -> dict[str, Poller]:

@@ -6,13 +6,22 @@ from typing import Any
 
 import aiohttp
 
+from snowsource.cli.check import Status, exit_code, run_checks
+from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
 from snowsource.core.table_status import TableState
 from snowsource.emulator.catalog import ACL_EMPTY, CATALOG_PATH, FORBIDDEN, whole_instance
 from snowsource.emulator.journal import Request
 from snowsource.engine.supervisor import Daemon
+from snowsource.observability import metrics
 from tests.integration.conftest import Env
-from tests.integration.engine import read_offsets, read_topic, running, settings_from
+from tests.integration.engine import (
+    read_offsets,
+    read_topic,
+    running,
+    settings_from,
+    write_config,
+)
 from tests.polling import poll_until
 
 ROWS = 3
@@ -95,6 +104,8 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(env: Env)
             assert statuses[name].state == TableState.SKIPPED
         assert "403" in (statuses[FORBIDDEN].last_error or "")
         assert "hidden by ACL" in (statuses[ACL_EMPTY].last_error or "")
+        labels = {"table": FORBIDDEN, "state": "SKIPPED"}
+        assert metrics.REGISTRY.get_sample_value("snowsource_table_state", labels) == 1
 
         # A table created while running (the emulator's control call) starts within the interval.
         before = {n: daemon.pollers[n] for n in custom}
@@ -121,3 +132,20 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(env: Env)
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     assert "u_badge" in offsets  # its offset stays
     assert "u_new_table" in offsets
+
+
+async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    path = write_config(env.tmp_path / "check.yaml", document)
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    line = results["discovery"]
+    assert line.status == Status.PASS
+    assert line.detail.startswith("5 readable tables selected: u_asset_note, u_badge")
+    assert "u_Legacy_Import" in " ".join(line.notes)
+    for name in (FORBIDDEN, ACL_EMPTY):
+        skipped = results[f"table {name} readable"]
+        assert skipped.status == Status.WARN
+        assert skipped.detail.startswith("SKIPPED: ")
+    assert exit_code(results.values()) == 0
