@@ -205,6 +205,7 @@ class StatusViews:
             "pages": 0,
             "sweeps": 0,
             "backfill": None,
+            "queue_position": None,
         }
 
     def _idle_table(self, spec: TableSpec, state: ConnectorState) -> dict[str, object]:
@@ -241,6 +242,7 @@ class StatusViews:
             "pages": last.pages if last else 0,
             "sweeps": last.sweeps if last else 0,
             "backfill": None,  # no poller, so no sliced backfill runs
+            "queue_position": None,
         }
 
 
@@ -266,4 +268,6 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
         "sweeps": status.sweeps,
         # The slices' combined progress while a sliced backfill runs (SPEC §14.2).
         "backfill": dataclasses.asdict(status.backfill) if status.backfill else None,
+        # While QUEUED for a backfill slot: the place in the queue (1 is next).
+        "queue_position": status.queue_place(),
     }

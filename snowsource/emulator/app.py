@@ -23,6 +23,7 @@ from snowsource.emulator.instance_app import instance_middleware, statistics_rou
 from snowsource.emulator.journal import Request
 from snowsource.emulator.tableapi import (
     EMULATOR,
+    ROWS_KEY,
     USER_KEY,
     create_record,
     delete_record,
@@ -171,6 +172,7 @@ async def _pipeline(request: web.Request, handler: Handler) -> web.StreamRespons
         entry.status = exc.status
         raise
     entry.status = 0 if request.get(_DROPPED) else response.status
+    entry.rows = request.get(ROWS_KEY)
     return response
 
 

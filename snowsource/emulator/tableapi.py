@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -35,6 +35,10 @@ EMULATOR: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
 USER_KEY: web.RequestKey[User] = web.RequestKey("snowsource.emulator.user", User)
 
 Row = Mapping[str, str]
+
+
+#: Where the list handler leaves its row count for the request journal.
+ROWS_KEY: Final = "snowsource.emulator.rows"
 
 
 def json_response(
@@ -305,6 +309,7 @@ async def list_records(request: web.Request) -> web.Response:
     if not result and request.match_info.get("version") == "v1" and emu.v1_empty_list_404:
         return not_found()
     headers = _paging_headers(request, params, total, limit=limit, offset=offset)
+    request[ROWS_KEY] = len(result)
     return json_response({"result": result}, headers=headers)
 
 

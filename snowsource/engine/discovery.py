@@ -20,7 +20,15 @@ import structlog
 
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.config.discover import DiscoverConfig
-from snowsource.core.discovery import DbObject, db_objects, diff, select, unreadable
+from snowsource.config.models import Settings
+from snowsource.core.discovery import (
+    DbObject,
+    db_objects,
+    diff,
+    discovery_owner,
+    select,
+    unreadable,
+)
 from snowsource.core.errors import RetriableError, TableError
 from snowsource.core.grants import Priority
 from snowsource.core.retry import RetryPolicy
@@ -28,7 +36,13 @@ from snowsource.core.table_status import TableState, TableStatus
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import StoppedError, retrying
 
-__all__ = ["Discoverer", "DiscoveryState", "DiscoveryTarget", "until_discovered"]
+__all__ = [
+    "Discoverer",
+    "DiscoveryState",
+    "DiscoveryTarget",
+    "static_discoverer",
+    "until_discovered",
+]
 
 log = structlog.get_logger("snowsource.engine.discovery")
 
@@ -247,3 +261,29 @@ async def until_discovered(discoverer: Discoverer, count: int, stop: asyncio.Eve
                 return False
             await discoverer.discovered.wait()
     return True
+
+
+def static_discoverer(
+    settings: Settings,
+    *,
+    client: Callable[[], ServiceNowClient | None],
+    retry: RetryPolicy,
+    target: DiscoveryTarget,
+) -> Discoverer:
+    """The discoverer of a ``tasks.assignment: static`` process: its task runs the discovered
+    tables whose name hashes to its ``task.id`` (SPEC §10)."""
+    discover = settings.snow.discover
+    assert discover is not None
+
+    def owns(name: str) -> bool:
+        return discovery_owner(name, settings.tasks_max) == settings.task_id
+
+    return Discoverer(
+        discover,
+        client=client,
+        retry=retry,
+        target=target,
+        explicit=[table.name for table in settings.tables.values()],
+        owns=owns,
+        probe_limit=settings.discovered_table("table").batch_size,
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -33,6 +34,7 @@ from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine import failures
+from snowsource.engine.admission import BackfillAdmission, RowCount
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery
@@ -68,8 +70,13 @@ class Poller:
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
         delivery: DeliveryFactory = PageDelivery,
+        admission: BackfillAdmission | None = None,
+        row_count: RowCount | None = None,
     ) -> None:
         self.spec = spec
+        # Backfill slots (SPEC §15.2): only a table's own stream asks for one.
+        self._admission = admission if spec.stream == "table" else None
+        self._row_count = row_count or _no_count
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
@@ -183,20 +190,37 @@ class Poller:
     # ------------------------------------------------------------------ 2. sweeps
 
     async def _sweeps(self, gen: TableGeneration) -> None:
-        spec = self.spec
         await self._reader.ensure_clock(self._clock)
         await self._hooks.start()
-        self._recorder.state(TableState.RUNNING)
+        admission = self._admission
+        if admission is None or not gen.backfilling:
+            self._recorder.state(TableState.RUNNING)
+            await self._sweep_loop(gen, None)
+            return
+        alias = self.spec.alias
+        self.status.queue_position = functools.partial(admission.position, alias)
+        queued = functools.partial(self._recorder.state, TableState.QUEUED)
+        async with admission.slot(alias, self._row_count, queued) as release:
+            self._recorder.state(TableState.RUNNING)
+            await self._sweep_loop(gen, release)
+
+    async def _sweep_loop(self, gen: TableGeneration, caught_up: Callable[[], None] | None) -> None:
+        """Sweeps until stopped; ``caught_up`` is called once the backfill reached its end."""
+        spec = self.spec
         start: Position | None = gen.start
         while start is not None and not self._stop.is_set():
             hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
             if hi is not None and gen.sliced:
                 gen.sliced = False
                 start = await sliced_sweep(self._slices, gen, start, hi)
+                if start is not None and caught_up is not None:
+                    caught_up()
                 continue
             # No HI: a delete stream whose table has not completed a sweep yet.
             if hi is not None and (start := await self._sweep(gen, start, hi)) is None:
                 return
+            if hi is not None and caught_up is not None:
+                caught_up()
             if await sleep_or_stop(self._stop.event, spec.poll_interval):
                 return
 
@@ -303,3 +327,7 @@ class Poller:
             self._recorder.backfilling(
                 (self._clock.now() - parse_ts(gen.cursor.ts)).total_seconds()
             )
+
+
+async def _no_count() -> int | None:
+    return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
@@ -32,15 +33,15 @@ from snowsource.config.fields import TasksAssignment
 from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.core.clock import InstanceClock
-from snowsource.core.discovery import discovery_owner
 from snowsource.core.errors import FencedError, SnowsourceError
 from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
+from snowsource.engine.admission import BackfillAdmission, aggregate_count
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.delivery import PageDelivery
-from snowsource.engine.discovery import Discoverer
+from snowsource.engine.discovery import Discoverer, static_discoverer
 from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, ShuttingDownError
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
@@ -125,6 +126,10 @@ class Daemon:
         self._retry = snow_retry(settings)
         self._kafka_retry = kafka_retries(settings)
         self._tasks = TaskSet(self._generation_crashed)
+        self.admission = BackfillAdmission(
+            settings.backfill_max_tables,
+            explicit=frozenset(spec.alias for spec in self._explicit_specs),
+        )
         self._mode = self._tables_mode()
         self.discoverer = self._make_discoverer()
         register_secrets(
@@ -163,25 +168,16 @@ class Daemon:
         )
 
     def _make_discoverer(self) -> Discoverer | None:
-        s = self.settings
-        if s.snow.discover is None:
+        if self.settings.snow.discover is None:
             return None
-        if s.tasks_assignment == TasksAssignment.GROUP:
+        if self.settings.tasks_assignment == TasksAssignment.GROUP:
             log.warning("snow.discover is not yet run with tasks.assignment: group; ignored")
             return None
-
-        def owns(name: str) -> bool:
-            # Static tasks split discovered tables by a hash of the name (SPEC §10, §15.2).
-            return discovery_owner(name, s.tasks_max) == s.task_id
-
-        return Discoverer(
-            s.snow.discover,
+        return static_discoverer(
+            self.settings,
             client=lambda: self._opened.client if self._opened else None,
             retry=self._retry,
             target=self,
-            explicit=[table.name for table in s.tables.values()],
-            owns=owns,
-            probe_limit=s.discovered_table("table").batch_size,
         )
 
     async def add_discovered(self, names: list[str]) -> None:
@@ -531,6 +527,8 @@ class Daemon:
                 "pages": pages,
                 "tail": self._adapters.topic_tail(),
                 "delivery": deliveries.factory(spec) if deliveries else PageDelivery,
+                "admission": self.admission,
+                "row_count": functools.partial(aggregate_count, client, spec),
             }
             poller = self._poller(spec, common)
             pollers[spec.alias] = poller
