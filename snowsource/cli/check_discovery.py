@@ -12,7 +12,7 @@ from typing import Final
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.models import Settings
-from snowsource.engine.discovery import Discoverer
+from snowsource.engine.discovery import Collected, Discoverer
 from snowsource.engine.wiring import snow_retry
 
 __all__ = ["discovery_checks"]
@@ -20,19 +20,6 @@ __all__ = ["discovery_checks"]
 NAME: Final = "discovery"
 # Names listed on the discovery line before "and N more".
 _LISTED: Final = 20
-
-
-class _Collected:
-    """A discovery target that starts nothing: it remembers what would start."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    async def add_discovered(self, names: list[str]) -> None:
-        self.names += names
-
-    async def remove_discovered(self, names: list[str]) -> None:
-        return None
 
 
 def _listed(names: list[str]) -> str:
@@ -46,7 +33,7 @@ async def discovery_checks(client: ServiceNowClient, settings: Settings) -> list
     config = settings.snow.discover
     if config is None:
         return []
-    target = _Collected()
+    target = Collected()
     discoverer = Discoverer(
         config,
         client=lambda: client,

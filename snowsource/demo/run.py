@@ -43,6 +43,8 @@ from snowsource.demo.processes import (
 from snowsource.demo.progress import TableView, apply_event, human_seconds
 from snowsource.demo.screen import Screen
 from snowsource.demo.tracker import KafkaTracker, peek
+from snowsource.engine.discovery import Collected, static_discoverer
+from snowsource.engine.wiring import snow_retry
 
 REFRESH_SECONDS: Final = 0.5
 COUNT_EVERY_SECONDS: Final = 3.0
@@ -131,6 +133,8 @@ def _emulator_argv(port: int, options: Options) -> list[str]:
         *("--latency-ms", f"{options.latency_ms:g}"),
         # An instance's sessions and nodes (SPEC §14.1): the daemon's session pool at work.
         *("--session-sync", "--nodes", "2"),
+        # sys_db_object lists a whole instance's tables: snow.discover finds those under task.
+        "--whole-instance",
     ]
 
 
@@ -217,6 +221,8 @@ class _Run:
         """Run the daemon until stopped; its exit code."""
         options, settings, views = self.options, self.settings, self.views
         auth = BasicAuth(EMULATOR_USER, SecretStr(EMULATOR_PASSWORD))
+        async with ServiceNowClient(self.url, auth) as client:
+            await self._discover(client)
         async with (
             ServiceNowClient(self.url, auth) as client,
             KafkaTracker(options.bootstrap, views) as tracker,
@@ -242,6 +248,25 @@ class _Run:
                 self._show_messages(screen)
                 screen.draw("stopped", final=True)
         return code
+
+    async def _discover(self, client: ServiceNowClient) -> None:
+        """Show the tables ``snow.discover`` selects as the daemon will (the same rules)."""
+        settings = self.settings
+        config = settings.snow.discover
+        if config is None:
+            return
+        target = Collected()
+        await static_discoverer(
+            settings, client=lambda: client, retry=snow_retry(settings), target=target
+        ).discover_once()
+        names = sorted(target.names)
+        print(
+            f"discovery (snow.discover extends: {config.extends}, exclude: {config.exclude}): "
+            f"{len(names)} more tables from sys_db_object: {', '.join(names)}"
+        )
+        for name in names:
+            self.views.append(TableView(name, f"{settings.topic_prefix}{name}", ""))
+            self.names[name] = name
 
     async def _count(self, client: ServiceNowClient, views: list[TableView]) -> None:
         await asyncio.gather(*(count_rows(client, v, self.names[v.alias]) for v in views))

@@ -37,6 +37,7 @@ from snowsource.observability import metrics
 from snowsource.runtime.retrying import StoppedError, retrying
 
 __all__ = [
+    "Collected",
     "Discoverer",
     "DiscoveryState",
     "DiscoveryTarget",
@@ -59,6 +60,20 @@ class DiscoveryTarget(Protocol):
     async def add_discovered(self, names: list[str]) -> None: ...
 
     async def remove_discovered(self, names: list[str]) -> None: ...
+
+
+class Collected:
+    """A discovery target that starts nothing: it remembers what would start (``check``, the
+    demo)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    async def add_discovered(self, names: list[str]) -> None:
+        self.names += names
+
+    async def remove_discovered(self, names: list[str]) -> None:
+        return None
 
 
 @dataclass
