@@ -20,6 +20,7 @@ import structlog
 
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.config.discover import DiscoverConfig
+from snowsource.config.fields import TasksAssignment
 from snowsource.config.models import Settings
 from snowsource.core.discovery import (
     DbObject,
@@ -285,13 +286,15 @@ def static_discoverer(
     retry: RetryPolicy,
     target: DiscoveryTarget,
 ) -> Discoverer:
-    """The discoverer of a ``tasks.assignment: static`` process: its task runs the discovered
-    tables whose name hashes to its ``task.id`` (SPEC §10)."""
+    """The discoverer of a process: with ``tasks.assignment: static`` its task runs the
+    discovered tables whose name hashes to its ``task.id`` (SPEC §10); in group mode it reports
+    every one and the group's plan decides (``adapters.group_protocol``)."""
     discover = settings.snow.discover
     assert discover is not None
+    group = settings.tasks_assignment == TasksAssignment.GROUP
 
     def owns(name: str) -> bool:
-        return discovery_owner(name, settings.tasks_max) == settings.task_id
+        return group or discovery_owner(name, settings.tasks_max) == settings.task_id
 
     return Discoverer(
         discover,

@@ -167,10 +167,12 @@ class GroupTables:
         return await self.owner.stop_all(deadline, closing=closing)
 
     async def add(self, alias: str, specs: list[TableSpec]) -> None:
-        raise NotImplementedError("discovery in group mode")
+        # The group decides which member runs it (every member reports what it found).
+        self.owner.discovered(alias, specs)
 
     async def remove(self, alias: str, deadline: Deadline) -> list[str]:
-        raise NotImplementedError("discovery in group mode")
+        self.owner.undiscovered(alias)
+        return []
 
     def placement(self, alias: str) -> Placement:
         return Placement(*self.owner.placement(alias))

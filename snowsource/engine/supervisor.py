@@ -156,6 +156,7 @@ class Daemon:
                 page_slots=slots,
                 stop_timeout=self.settings.shutdown_timeout_seconds,
                 on_members=self._share_budget,
+                resolve=self._discovered_streams,
             )
             return GroupTables(owner)
         return StaticTables(
@@ -169,9 +170,6 @@ class Daemon:
 
     def _make_discoverer(self) -> Discoverer | None:
         if self.settings.snow.discover is None:
-            return None
-        if self.settings.tasks_assignment == TasksAssignment.GROUP:
-            log.warning("snow.discover is not yet run with tasks.assignment: group; ignored")
             return None
         return static_discoverer(
             self.settings,
@@ -197,6 +195,10 @@ class Daemon:
                     log.info("table partition", table=spec.alias, topic=spec.topic)
                 self._discovered[name] = specs
                 await self._mode.add(name, specs)
+
+    def _discovered_streams(self, name: str) -> list[TableSpec]:
+        """A discovered table's streams (its own, then its derived ones)."""
+        return stream_specs(self.settings, name, self.settings.discovered_table(name))
 
     async def remove_discovered(self, names: list[str]) -> None:
         """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""
