@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 
 from snowsource.cli.check import Status, exit_code, run_checks
+from snowsource.cli.offsets import amain as offsets_amain
 from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
 from snowsource.core.table_status import TableState
@@ -82,7 +84,9 @@ async def test_extends_include_exclude_select_exactly_the_expected_tables(env: E
     assert len({r.key for r in records}) == ROWS
 
 
-async def test_unreadable_skipped_new_table_starts_removed_table_stops(env: Env) -> None:
+async def test_unreadable_skipped_new_table_starts_removed_table_stops(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
     whole_instance(env.emu, rows=ROWS)
     asked: list[str] = []
 
@@ -132,6 +136,16 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(env: Env)
     offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
     assert "u_badge" in offsets  # its offset stays
     assert "u_new_table" in offsets
+    # `offsets list` runs one discovery: u_badge is orphaned, the discovered ones are not.
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    path = write_config(env.tmp_path / "offsets.yaml", document)
+    capsys.readouterr()
+    assert await offsets_amain(["list", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:2] == ["orphaned", "u_badge"] for line in lines if line.split())
+    for name in ("u_site", "u_new_table"):
+        assert any(line.split()[:2] == [name, name] for line in lines if line.split()), lines
 
 
 async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
