@@ -60,14 +60,26 @@ def _seed_like_incident(
 
 
 async def _serve(emu: Emulator, report: dict[str, float]) -> None:
-    async def stats(_request: web.Request) -> web.Response:
+    async def stats(request: web.Request) -> web.Response:
         table_requests = [r for r in emu.journal if r.table]
         body = {
             "requests": len(table_requests),
             # Keyset pages (the clock probe before them carries no query).
             "pages": sum(1 for r in table_requests if "sysparm_query" in r.params),
             "cpu": time.process_time(),
+            # snow.discover's own requests: sys_db_object pages and readability probes.
+            "discovery": sum(1 for r in table_requests if r.table == "sys_db_object"),
+            "probes": sum(
+                1
+                for r in table_requests
+                if r.params.get("sysparm_fields") == "sys_id" and "sysparm_query" not in r.params
+            ),
         }
+        wanted = request.query.get("table")
+        if wanted:
+            body["table_pages"] = sum(
+                1 for r in table_requests if r.table == wanted and "sysparm_query" in r.params
+            )
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     control = web.Application()

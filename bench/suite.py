@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import eos, sessions, slices
+from bench import discover, eos, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -215,6 +215,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = slices.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
                 print(f"machine: {machine()}")
                 print(slices.table(result))
+        return
+    if args.case and set(args.case) <= set(discover.CASES):  # the whole instance
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = discover.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(discover.table(result))
         return
     if args.case and set(args.case) <= set(sessions.CASES):  # real-instance concurrency
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
