@@ -22,6 +22,7 @@ from pydantic import SecretStr
 from snowsource.adapters.kafka import KafkaConnection, KafkaUnavailableError, wait_for_kafka
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.config.models import Settings
+from snowsource.core.discovery import db_objects, select
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.query import normalise_query
 from snowsource.demo import processes
@@ -43,8 +44,6 @@ from snowsource.demo.processes import (
 from snowsource.demo.progress import TableView, apply_event, human_seconds
 from snowsource.demo.screen import Screen
 from snowsource.demo.tracker import KafkaTracker, peek
-from snowsource.engine.discovery import Collected, static_discoverer
-from snowsource.engine.wiring import snow_retry
 
 REFRESH_SECONDS: Final = 0.5
 COUNT_EVERY_SECONDS: Final = 3.0
@@ -255,11 +254,12 @@ class _Run:
         config = settings.snow.discover
         if config is None:
             return
-        target = Collected()
-        await static_discoverer(
-            settings, client=lambda: client, retry=snow_retry(settings), target=target
-        ).discover_once()
-        names = sorted(target.names)
+        # The daemon's selection rules over one page of sys_db_object (the demo's instance has
+        # a few dozen tables; the daemon pages it and probes each table's readability too).
+        params = {"sysparm_fields": "sys_id,name,super_class,sys_class_name"}
+        page = await client.get_page("sys_db_object", {**params, "sysparm_limit": "10000"})
+        explicit = [table.name for table in settings.tables.values()]
+        names = list(select(db_objects(page.rows), config.rules, explicit).tables)
         print(
             f"discovery (snow.discover extends: {config.extends}, exclude: {config.exclude}): "
             f"{len(names)} more tables from sys_db_object: {', '.join(names)}"
