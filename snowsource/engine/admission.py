@@ -4,9 +4,10 @@ A table that starts without an offset (or from one whose phase is ``backfill``) 
 before its first sweep and gives it back when the sweep reached its high-water mark (or when it
 stops). Meanwhile it is ``QUEUED`` with its place in the queue. Streaming tables never ask.
 
-Grants wait a short settle time after the last arrival, so tables that start together (at start,
-or a discovery's batch) are admitted in order (``core.admission``), not in the order their
-offsets happened to load; the row count is asked of the Aggregate API at ``Priority.LOW``.
+A configured table that finds a free slot and nobody waiting starts at once. Every other table
+asks the Aggregate API for its row count (at ``Priority.LOW``) and queues; grants wait a short
+settle time after the last arrival, so tables that arrive together (a discovery's batch) are
+admitted in order (``core.admission``), not in the order their offsets happened to load.
 """
 
 from __future__ import annotations
@@ -77,12 +78,18 @@ class BackfillAdmission:
             release()
 
     async def _acquire(self, alias: str, rows: RowCount, on_queued: Callable[[], None]) -> None:
+        explicit = alias in self._explicit
+        if explicit and len(self._running) < self.slots and not self._waiting:
+            # A configured table that finds a free slot and nobody waiting starts at once: no
+            # count is needed to order it, and nothing changes for small configurations.
+            self._admit(alias)
+            return
         try:
             count = await rows()
         except Exception as exc:  # noqa: BLE001 - the count only orders the queue
             log.info("row count unavailable; the table queues last", table=alias, error=str(exc))
             count = None
-        key = admission_key(alias, explicit=alias in self._explicit, rows=count)
+        key = admission_key(alias, explicit=explicit, rows=count)
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[key] = ticket
         on_queued()
@@ -105,9 +112,12 @@ class BackfillAdmission:
         for key in grants(list(self._waiting), len(self._running), self.slots):
             ticket = self._waiting.pop(key)
             if not ticket.done():
-                self._running.add(key.alias)
-                self.peak = max(self.peak, len(self._running))
+                self._admit(key.alias)
                 ticket.set_result(None)
+
+    def _admit(self, alias: str) -> None:
+        self._running.add(alias)
+        self.peak = max(self.peak, len(self._running))
 
     def _release(self, alias: str) -> None:
         self._running.discard(alias)

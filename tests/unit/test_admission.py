@@ -91,3 +91,22 @@ async def _hold(admission: BackfillAdmission, name: str) -> None:
 
     async with admission.slot(name, none, lambda: None):
         pass
+
+
+async def test_a_configured_table_with_a_free_slot_starts_without_a_count() -> None:
+    admission = BackfillAdmission(1, explicit=frozenset({"mine"}))
+    asked: list[str] = []
+
+    async def rows() -> int | None:
+        asked.append("count")
+        return 1
+
+    queued: list[str] = []
+    async with admission.slot("mine", rows, lambda: queued.append("mine")):
+        assert admission.running == frozenset({"mine"})
+    assert asked == []
+    assert queued == []
+    async with admission.slot("found", rows, lambda: queued.append("found")):
+        pass
+    assert asked == ["count"]  # a discovered table is always counted and queued in order
+    assert queued == ["found"]
