@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -38,7 +38,7 @@ Row = Mapping[str, str]
 
 
 #: Where the list handler leaves its row count for the request journal.
-ROWS_KEY: Final = "snowsource.emulator.rows"
+ROWS_KEY: web.RequestKey[int] = web.RequestKey("snowsource.emulator.rows", int)
 
 
 def json_response(

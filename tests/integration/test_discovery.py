@@ -24,6 +24,7 @@ from tests.integration.engine import (
     settings_from,
     write_config,
 )
+from tests.integration.test_rest import base_url, call
 from tests.polling import poll_until
 
 ROWS = 3
@@ -163,3 +164,32 @@ async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
         assert skipped.status == Status.WARN
         assert skipped.detail.startswith("SKIPPED: ")
     assert exit_code(results.values()) == 0
+
+
+async def test_rest_status_shows_skipped_tables_with_their_reason(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    document = env.document(
+        {}, **{"topic.prefix": f"{env.name}.", "rest": {"enabled": True, "port": 0}}
+    )
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    settings = settings_from(env.tmp_path, document)
+    async with running(settings) as daemon:
+        discoverer = daemon.discoverer
+        assert discoverer is not None
+        await poll_until(lambda: discoverer.state.discoveries >= 1, timeout=60)
+        async with aiohttp.ClientSession() as http:
+            status, body = await call(http, "GET", f"{base_url(daemon)}/status")
+    assert status == 200
+    tables = body["tables"]
+    assert tables[FORBIDDEN]["state"] == "SKIPPED"
+    assert "403" in tables[FORBIDDEN]["last_error"]
+    assert tables[ACL_EMPTY]["state"] == "SKIPPED"
+    assert tables[FORBIDDEN]["topic"] == f"{env.name}.{FORBIDDEN}"
+    assert "u_site" in tables  # a discovered table is listed under its name
+    # Five readable u_ tables and four backfill slots: whoever waits shows its place.
+    for name in ("u_asset_note", "u_badge", "u_priority_incident", "u_site", "u_vendor_contract"):
+        entry = tables[name]
+        if entry["state"] == "QUEUED":
+            assert entry["queue_position"] >= 1
+        else:
+            assert entry["queue_position"] is None
