@@ -30,7 +30,7 @@ __all__ = ["BackfillAdmission", "aggregate_count"]
 log = structlog.get_logger("snowsource.engine.admission")
 
 #: Seconds after the last arrival before free slots are granted (arrivals of one start).
-SETTLE_SECONDS: Final = 0.3
+SETTLE_SECONDS: Final = 1.0
 
 RowCount = Callable[[], Awaitable[int | None]]
 
