@@ -4,10 +4,10 @@ A table that starts without an offset (or from one whose phase is ``backfill``) 
 before its first sweep and gives it back when the sweep reached its high-water mark (or when it
 stops). Meanwhile it is ``QUEUED`` with its place in the queue. Streaming tables never ask.
 
-A configured table that finds a free slot and nobody waiting starts at once. Every other table
-asks the Aggregate API for its row count (at ``Priority.LOW``) and queues; grants wait a short
-settle time after the last arrival, so tables that arrive together (a discovery's batch) are
-admitted in order (``core.admission``), not in the order their offsets happened to load.
+A table that finds a free slot and nobody waiting starts at once. Every other table asks the
+Aggregate API for its row count (at ``Priority.LOW``) and queues; grants wait a short settle
+time after the last arrival, so tables that queue together (a discovery's batch) are admitted
+in order (``core.admission``), not in the order their counts happened to come back.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ class BackfillAdmission:
 
     async def _acquire(self, alias: str, rows: RowCount, on_queued: Callable[[], None]) -> None:
         explicit = alias in self._explicit
-        if explicit and len(self._running) < self.slots and not self._waiting:
-            # A configured table that finds a free slot and nobody waiting starts at once: no
-            # count is needed to order it, and nothing changes for small configurations.
+        if len(self._running) < self.slots and not self._waiting:
+            # A table that finds a free slot and nobody waiting starts at once: there is no
+            # queue to order it in, so no count is asked and no time is lost.
             self._admit(alias)
             return
         try:

@@ -74,9 +74,10 @@ async def test_at_most_two_backfill_at_once_in_row_count_order(env: Env) -> None
         at_once += step
         peak = max(peak, at_once)
     assert peak <= 2
-    # Admitted in ascending row count (the Aggregate API's).
+    # At most two found a free slot as they arrived; every table that queued was admitted in
+    # ascending row count (the Aggregate API's).
     started = sorted(TABLES, key=lambda name: spans[name][0])
-    assert started == sorted(TABLES, key=TABLES.__getitem__)
+    assert started[2:] == sorted(started[2:], key=TABLES.__getitem__)
     # The caught-up explicit table kept its poll interval (200 ms) while the others backfilled.
     first, last = min(s for s, _ in spans.values()), max(e for _, e in spans.values())
     polls = [r.wall for r in data_pages_any(journal, "incident") if first <= r.wall <= last]

@@ -35,13 +35,13 @@ async def test_at_most_slots_at_once_in_row_count_order() -> None:
     order: list[str] = []
     holding = 0
     peak = 0
-    gates = {name: asyncio.Event() for name in counts}
+    gates = {name: asyncio.Event() for name in (*counts, "b1", "b2")}
 
     async def table(name: str) -> None:
         nonlocal holding, peak
 
         async def rows() -> int:
-            return counts[name]
+            return counts.get(name, 0)
 
         async with admission.slot(name, rows, lambda: None):
             order.append(name)
@@ -50,17 +50,19 @@ async def test_at_most_slots_at_once_in_row_count_order() -> None:
             await gates[name].wait()
             holding -= 1
 
-    tasks = [asyncio.create_task(table(name)) for name in counts]
+    # Two tables hold the slots (they found them free): everything after them queues.
+    tasks = [asyncio.create_task(table(name)) for name in ("b1", "b2")]
     await poll_until(lambda: len(order) == 2)
-    assert order == ["explicit", "t1"]
-    assert admission.position("t3") == 1
-    assert admission.position("t5") == 3
-    assert admission.position("explicit") is None
-    for name in ("explicit", "t1", "t3", "t4", "t5"):
+    tasks += [asyncio.create_task(table(name)) for name in counts]
+    await poll_until(lambda: all(admission.position(name) for name in counts))
+    assert admission.position("explicit") == 1
+    assert admission.position("t1") == 2
+    assert admission.position("t5") == 5
+    for name in ("b1", "b2", "explicit", "t1", "t3", "t4", "t5"):
         gates[name].set()
         await asyncio.sleep(0.01)
     await asyncio.gather(*tasks)
-    assert order == ["explicit", "t1", "t3", "t4", "t5"]
+    assert order == ["b1", "b2", "explicit", "t1", "t3", "t4", "t5"]
     assert peak == 2 == admission.peak
     assert admission.running == frozenset()
 
@@ -93,7 +95,7 @@ async def _hold(admission: BackfillAdmission, name: str) -> None:
         pass
 
 
-async def test_a_configured_table_with_a_free_slot_starts_without_a_count() -> None:
+async def test_a_table_with_a_free_slot_starts_without_a_count() -> None:
     admission = BackfillAdmission(1, explicit=frozenset({"mine"}))
     asked: list[str] = []
 
@@ -104,9 +106,13 @@ async def test_a_configured_table_with_a_free_slot_starts_without_a_count() -> N
     queued: list[str] = []
     async with admission.slot("mine", rows, lambda: queued.append("mine")):
         assert admission.running == frozenset({"mine"})
+        # The slot is taken: the next table is counted and queued.
+        waiting = asyncio.create_task(_hold(admission, "found"))
+        await poll_until(lambda: admission.position("found") == 1)
+    await asyncio.wait_for(waiting, 5)
+    assert asked == []  # _hold's own count function, not this one, was asked for "found"
+    assert queued == []
+    async with admission.slot("alone", rows, lambda: queued.append("alone")):
+        pass
     assert asked == []
     assert queued == []
-    async with admission.slot("found", rows, lambda: queued.append("found")):
-        pass
-    assert asked == ["count"]  # a discovered table is always counted and queued in order
-    assert queued == ["found"]
