@@ -53,8 +53,15 @@ def config(
     batch: int,
     *,
     extra: dict[str, Any] | None = None,
+    discover: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A default configuration, apart from what a benchmark must pin (and ``extra`` keys)."""
+    """A default configuration, apart from what a benchmark must pin (and ``extra`` keys).
+    With ``discover`` the tables are not listed: ``snow.discover`` finds them."""
+    if discover is not None:
+        document = config(emulator_url, bootstrap, [], name, batch, extra=extra)
+        document["snow"]["discover"] = discover
+        document["topic.prefix"] = f"{name}."
+        return document
     return {
         **(extra or {}),
         "name": name,
@@ -116,15 +123,20 @@ async def run_daemon(
     within: float = 3600.0,
     on_first_page: Callable[[], Awaitable[None]] | None = None,
     extra: dict[str, Any] | None = None,
+    discover: dict[str, Any] | None = None,
+    after: Callable[[str], Awaitable[None]] | None = None,
 ) -> DaemonRun:
     """Run the daemon until ``expected_rows`` records are in its topics; then stop it.
+
+    With ``discover``, ``tables`` are the names ``snow.discover`` will find. ``after`` is
+    awaited with the connector name once every row is in Kafka, before the daemon stops.
 
     ``on_first_page`` is awaited as soon as the emulator saw the first page request (the
     sessions case resets the emulator's statistics there, as the run is timed from it)."""
     name = f"bench-{uuid.uuid4().hex[:8]}"
     topics = [f"{name}.{t}" for t in tables]
     path = workdir / f"{name}.yaml"
-    document = config(emulator_url, bootstrap, tables, name, batch, extra=extra)
+    document = config(emulator_url, bootstrap, tables, name, batch, extra=extra, discover=discover)
     path.write_text(yaml.safe_dump(document))
     log_path = workdir / f"{name}.log"
     async with aiohttp.ClientSession() as session:
@@ -147,6 +159,7 @@ async def run_daemon(
                 within=within,
                 log_path=log_path,
                 on_first_page=on_first_page,
+                after=after,
             )
         finally:
             if process.poll() is None:
@@ -171,6 +184,7 @@ async def _measure(
     within: float,
     log_path: Path,
     on_first_page: Callable[[], Awaitable[None]] | None = None,
+    after: Callable[[str], Awaitable[None]] | None = None,
 ) -> DaemonRun:
     pid = process.pid
     deadline = started + within
@@ -226,6 +240,8 @@ async def _measure(
         cpu = cpu_seconds(pid) - page_cpu
         _, peak = memory_mib(pid)
         emulator_cpu = (await _stats(session, control))["cpu"] - emulator_cpu
+        if after is not None:
+            await after(log_path.stem)
     finally:
         await consumer.stop()
     return DaemonRun(

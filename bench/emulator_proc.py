@@ -77,7 +77,7 @@ def _per_window(emu: Emulator, requests: list[Request]) -> dict[str, int]:
 
 
 async def _serve(emu: Emulator, report: dict[str, float]) -> None:
-    async def stats(_request: web.Request) -> web.Response:
+    async def stats(request: web.Request) -> web.Response:
         table_requests = [r for r in emu.journal if r.table]
         body = {
             "requests": len(table_requests),
@@ -87,7 +87,19 @@ async def _serve(emu: Emulator, report: dict[str, float]) -> None:
             "responses_429": sum(1 for r in table_requests if r.status == 429),
             # Requests per rate-limit window (emulator epoch // window), when a rule is set.
             "per_window": _per_window(emu, table_requests),
+            # snow.discover's own requests: sys_db_object pages and readability probes.
+            "discovery": sum(1 for r in table_requests if r.table == "sys_db_object"),
+            "probes": sum(
+                1
+                for r in table_requests
+                if r.params.get("sysparm_fields") == "sys_id" and "sysparm_query" not in r.params
+            ),
         }
+        wanted = request.query.get("table")
+        if wanted:
+            body["table_pages"] = sum(
+                1 for r in table_requests if r.table == wanted and "sysparm_query" in r.params
+            )
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     control = web.Application()

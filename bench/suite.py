@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import avro, eos, ratelimit, sessions, slices
+from bench import avro, discover, eos, ratelimit, sessions, slices
 from bench.case import Case, Emulator
 from bench.daemon import DaemonRun, run_daemon
 
@@ -231,6 +231,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = ratelimit.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
                 print(f"machine: {machine()}")
                 print(ratelimit.table(result))
+        return
+    if args.case and set(args.case) <= set(discover.CASES):  # the whole instance
+        with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:
+            for name in args.case:
+                result = discover.run_case(name, args.runs or 1, args.bootstrap, Path(tmp))
+                print(f"machine: {machine()}")
+                print(discover.table(result))
         return
     if args.case and set(args.case) <= set(sessions.CASES):  # real-instance concurrency
         with tempfile.TemporaryDirectory(prefix="snowsource-bench-") as tmp:

@@ -36,11 +36,23 @@ _FORMAT = 1
 
 
 def encode_metadata(
-    key: str, worker_id: str, running: Iterable[str], *, active: bool = True
+    key: str,
+    worker_id: str,
+    running: Iterable[str],
+    *,
+    active: bool = True,
+    found: Iterable[str] = (),
 ) -> bytes:
     """A member's user data in its JoinGroup metadata."""
     return orjson.dumps(
-        {"v": _FORMAT, "key": key, "worker": worker_id, "runs": sorted(running), "active": active}
+        {
+            "v": _FORMAT,
+            "key": key,
+            "worker": worker_id,
+            "runs": sorted(running),
+            "active": active,
+            "found": sorted(found),
+        }
     )
 
 
@@ -54,7 +66,13 @@ def decode_metadata(data: bytes) -> tuple[str, MemberReport] | None:
     if not isinstance(key, str) or not isinstance(worker, str) or not isinstance(runs, list):
         return None
     active = doc.get("active", True) is not False
-    return key, MemberReport(worker_id=worker, running=tuple(str(a) for a in runs), active=active)
+    found = doc.get("found", [])
+    return key, MemberReport(
+        worker_id=worker,
+        running=tuple(str(a) for a in runs),
+        active=active,
+        found=tuple(str(a) for a in found) if isinstance(found, list) else (),
+    )
 
 
 def encode_view(view: GroupView) -> bytes:
@@ -90,8 +108,11 @@ def decode_view(data: bytes) -> GroupView | None:
 
 
 def plan_view(aliases: Sequence[str], reports: Mapping[str, MemberReport]) -> GroupView:
-    """The leader's answer for ``reports`` (member key -> report)."""
-    result = plan(aliases, {key: r.running for key, r in reports.items()})
+    """The leader's answer for ``reports`` (member key -> report): the configured tables and
+    every table any member discovered. Members that momentarily disagree cannot run a table
+    twice: the plan never gives a table to one member while another reports running it."""
+    discovered = {alias for r in reports.values() for alias in r.found}
+    result = plan([*aliases, *discovered], {key: r.running for key, r in reports.items()})
     return GroupView(owners=result.owners, members=dict(reports))
 
 
@@ -110,8 +131,10 @@ class TableAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         running: Callable[[], Iterable[str]],
         on_view: Callable[[GroupView], None],
         active: Callable[[], bool] = lambda: True,
+        found: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.key = key
+        self._found = found
         self._aliases = list(aliases)
         self._worker_id = worker_id
         self._running = running
@@ -119,7 +142,9 @@ class TableAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._active = active
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        data = encode_metadata(self.key, self._worker_id(), self._running(), active=self._active())
+        data = encode_metadata(
+            self.key, self._worker_id(), self._running(), active=self._active(), found=self._found()
+        )
         return ConsumerProtocolMemberMetadata(self.version, list(topics), data)
 
     def assign(
@@ -145,6 +170,7 @@ class TableAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                     report.worker_id,
                     tuple(sorted({*previous.running, *report.running})),
                     report.active or previous.active,
+                    tuple(sorted({*previous.found, *report.found})),
                 )
             reports[key] = report
         view = plan_view(self._aliases, reports) if reports else GroupView(owners={})

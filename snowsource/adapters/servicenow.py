@@ -113,6 +113,7 @@ class _Response:
     date: str | None
     total_count: str | None
     elapsed: float
+    link: str | None = None
 
 
 class ServiceNowClient(AsyncResource):
@@ -310,6 +311,7 @@ class ServiceNowClient(AsyncResource):
             date=response.date,
             total_count=total,
             elapsed=response.elapsed,
+            next_link='rel="next"' in (response.link or ""),
         )
 
     async def get_json(
@@ -413,6 +415,7 @@ class ServiceNowClient(AsyncResource):
                     date=resp.headers.get("Date"),
                     total_count=resp.headers.get("X-Total-Count"),
                     elapsed=time.monotonic() - started,
+                    link=resp.headers.get("Link"),
                 )
         except (aiohttp.ClientError, TimeoutError) as exc:
             elapsed = time.monotonic() - started

@@ -178,7 +178,34 @@ class StatusViews:
                 if where.worker_id != self._ctx.worker_id:
                     out[spec.alias]["state"] = where.state
                 out[spec.alias]["worker_id"] = where.worker_id
+        for alias, status in statuses.items():
+            if alias not in out and status.state == TableState.SKIPPED:
+                out[alias] = self._skipped_table(alias, status)
         return out
+
+    def _skipped_table(self, alias: str, status: TableStatus) -> dict[str, object]:
+        """A discovered table the integration user cannot read (SPEC §15.2): no poller."""
+        return {
+            "table": alias,
+            "topic": f"{self._ctx.options.topic_prefix}{alias}",
+            "partition": None,
+            "state": status.state.value,
+            "phase": None,
+            "cursor": None,
+            "committed": None,
+            "lag_seconds": None,
+            "caught_up": False,
+            "last_error": status.last_error,
+            "consecutive_failures": 0,
+            "failing_since": None,
+            "rows_emitted": 0,
+            "rows_suppressed": 0,
+            "rows_late": 0,
+            "pages": 0,
+            "sweeps": 0,
+            "backfill": None,
+            "queue_position": None,
+        }
 
     def _idle_table(self, spec: TableSpec, state: ConnectorState) -> dict[str, object]:
         """A table with no poller (STOPPED, PAUSED): where a resume would start it."""
@@ -214,6 +241,7 @@ class StatusViews:
             "pages": last.pages if last else 0,
             "sweeps": last.sweeps if last else 0,
             "backfill": None,  # no poller, so no sliced backfill runs
+            "queue_position": None,
         }
 
 
@@ -239,4 +267,6 @@ def _running_table(spec: TableSpec, status: TableStatus) -> dict[str, object]:
         "sweeps": status.sweeps,
         # The slices' combined progress while a sliced backfill runs (SPEC §14.2).
         "backfill": dataclasses.asdict(status.backfill) if status.backfill else None,
+        # While QUEUED for a backfill slot: the place in the queue (1 is next).
+        "queue_position": status.queue_place(),
     }

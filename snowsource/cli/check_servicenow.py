@@ -21,6 +21,7 @@ from typing import Any, Final
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import access_checks, skipped_access
 from snowsource.cli.check_completeness import completeness_checks, skipped_completeness
+from snowsource.cli.check_discovery import discovery_checks
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import AuthType, OAuthGrantType
 from snowsource.config.models import Settings, TableConfig
@@ -200,9 +201,11 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
         if login is not None:
             page = await _get(client, "sys_user", user_params(login))
             user_row = page.rows[0] if page.rows else None
-        else:
+        elif streams:
             first = streams[0][0]
             await _get(client, first.name, probe_params(first))
+        else:  # only discovered tables: the catalog discovery reads
+            await _get(client, "sys_db_object", {"sysparm_limit": "1"})
     except AuthError as exc:
         return [
             reachable,
@@ -231,6 +234,7 @@ async def _snow_checks_with(client: ServiceNowClient, settings: Settings) -> lis
     results = [reachable, CheckResult(_CREDENTIALS, Status.PASS, _auth_description(settings))]
     lines, probes = await _table_lines(client, settings, streams)
     results += lines
+    results += await discovery_checks(client, settings)
     tables = [specs[0] for specs in streams]
     results.append(
         await _time_zone(

@@ -38,6 +38,7 @@ from snowsource.cli.offsets_session import (
     RefusedError,
     UsageError,
     Write,
+    add_discovered,
     apply_writes,
     connect,
     guard,
@@ -440,6 +441,7 @@ async def amain(argv: Sequence[str]) -> int:
         for warning in loaded.warnings:
             ctx.warn(warning)
         try:
+            await add_discovered(ctx)
             return await _COMMANDS[args.command](ctx, args)
         except UsageError as exc:
             print(f"{PROG}: {exc}", file=ctx.err)

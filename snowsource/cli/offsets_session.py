@@ -3,6 +3,7 @@ guard, the store, and planned writes printed before/after and written in order."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shlex
 import sys
@@ -22,17 +23,20 @@ from snowsource.adapters.membership import SESSION_TIMEOUT_MS, Member, describe_
 from snowsource.adapters.offset_store import OffsetStore
 from snowsource.config.fields import TasksAssignment
 from snowsource.config.models import Settings
-from snowsource.core.errors import OffsetError
+from snowsource.core.errors import OffsetError, SnowsourceError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.table_specs import connector_specs
-from snowsource.engine.wiring import kafka_connection
+from snowsource.engine.discovery import Collected, Discoverer
+from snowsource.engine.table_specs import connector_specs, stream_specs
+from snowsource.engine.wiring import kafka_connection, snow_client, snow_retry
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
 PROG: Final = "snowsource offsets"
+#: How long the offsets tool waits for one discovery (``snow.discover``) before going on.
+DISCOVERY_TIMEOUT_SECONDS: Final = 30.0
 _CLIENT_ID: Final = "snowsource-offsets"
 
 
@@ -92,6 +96,39 @@ def make_context(settings: Settings, config_path: str | None = None) -> Context:
         err=sys.stderr,
         config_path=config_path,
     )
+
+
+async def add_discovered(ctx: Context) -> None:
+    """With ``snow.discover``, add the tables one discovery selects (SKIPPED ones included) to
+    the connector's tables, so their offsets are not listed as orphaned; a table no longer
+    discovered is. Without an answer from ServiceNow, warn and go on with the configured ones."""
+    settings = ctx.settings
+    discover = settings.snow.discover
+    if discover is None:
+        return
+    target = Collected()
+    discoverer = Discoverer(
+        discover,
+        client=lambda: client,
+        retry=snow_retry(settings),
+        target=target,
+        explicit=[table.name for table in settings.tables.values()],
+        probe_limit=settings.discovered_table("table").batch_size,
+    )
+    try:
+        async with snow_client(settings) as client:
+            await asyncio.wait_for(discoverer.discover_once(), DISCOVERY_TIMEOUT_SECONDS)
+    except (TimeoutError, SnowsourceError) as exc:
+        ctx.warn(
+            f"snow.discover: could not ask ServiceNow which tables are discovered ({exc!r}); "
+            f"offsets of discovered tables are listed as orphaned"
+        )
+        return
+    if discoverer.state.discoveries == 0:
+        ctx.warn("snow.discover: sys_db_object could not be read; discovered tables unknown")
+        return
+    for name in sorted({*target.names, *discoverer.state.skipped}):
+        ctx.tables.extend(stream_specs(settings, name, settings.discovered_table(name)))
 
 
 def timestamp_arg(option: str, value: str, build: Callable[[], SourceOffset]) -> SourceOffset:

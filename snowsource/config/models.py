@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from snowsource.config.discover import DiscoverConfig
 from snowsource.config.fields import (
     INHERITED_BY_TABLES,
     TABLE_NAME_RE,
@@ -283,6 +284,8 @@ class SnowConfig(Section):
     url: InstanceUrl
     auth: AuthConfig = Field(default_factory=AuthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    # Before ``tables``: with discovery, no explicit table is needed.
+    discover: DiscoverConfig | None = None
     tables: dict[TableAlias, TableConfig] = Field(default_factory=dict, validate_default=True)
 
     @field_validator("tables")
@@ -290,8 +293,6 @@ class SnowConfig(Section):
     def _tables(
         cls, tables: dict[str, TableConfig], info: ValidationInfo
     ) -> dict[str, TableConfig]:
-        if not tables:
-            raise ValueError("at least one table is required (alias: {name: <table>})")
         url = info.data.get("url")
         instance = instance_from_url(url) if isinstance(url, str) else ""
         seen: dict[tuple[str, str, str, str, bool], str] = {}
@@ -318,6 +319,20 @@ class SnowConfig(Section):
         if clashes:
             raise problems_error(clashes)
         return {alias: table.model_copy(update={"alias": alias}) for alias, table in tables.items()}
+
+    @model_validator(mode="after")
+    def _tables_or_discovery(self) -> SnowConfig:
+        # After the fields: an invalid snow.discover is reported alone, not as "no tables".
+        if not self.tables and self.discover is None:
+            raise problems_error(
+                [
+                    (
+                        "tables",
+                        "at least one table is required (alias: {name: <table>}), or snow.discover",
+                    )
+                ]
+            )
+        return self
 
     @property
     def instance(self) -> str:
@@ -500,6 +515,8 @@ class Settings(BaseSettings):
     sensitive_fields: SensitiveFieldsKey = SensitiveFields.EXCLUDE
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
     dedup_max_entries: PositiveInt = 200000
+    # Tables in the backfill phase at once; the others wait QUEUED (SPEC §15.2).
+    backfill_max_tables: PositiveInt = 4
     shutdown_timeout_seconds: PositiveFloat = 30.0
     health_unready_after_seconds: PositiveFloat = 300.0
     topic_prefix: TopicPrefix = _DEFAULT_TOPIC_PREFIX
@@ -611,6 +628,36 @@ class Settings(BaseSettings):
         if found:
             raise problems_error(found)
         return self
+
+    @model_validator(mode="after")
+    def _template_is_a_table(self) -> Settings:
+        # The template must make a valid table of any name (SPEC §15.2): check it once here,
+        # with a stand-in name, so a bad key exits 2 at start, not when a table is discovered.
+        if self.snow.discover is None:
+            return self
+        try:
+            self.discovered_table("table")
+        except ValidationError as error:
+            raise problems_error(
+                (
+                    ".".join(["snow", "discover", "template", *map(str, e["loc"])]),
+                    e["msg"],
+                )
+                for e in error.errors()
+            ) from None
+        return self
+
+    def discovered_table(self, name: str) -> TableConfig:
+        """A discovered table's settings: the template over the inherited top-level defaults,
+        its alias its name and its topic ``{topic.prefix}{name}``."""
+        discover = self.snow.discover
+        template = discover.template if discover is not None else {}
+        data: dict[str, Any] = {
+            key: getattr(self, key.replace(".", "_")) for key in INHERITED_BY_TABLES
+        }
+        data.update(template)
+        data.update(name=name, topic=f"{self.topic_prefix}{name}")
+        return TableConfig.model_validate(data).model_copy(update={"alias": name})
 
     @property
     def tables(self) -> dict[str, TableConfig]:

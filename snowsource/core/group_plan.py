@@ -38,6 +38,9 @@ class MemberReport:
     worker_id: str
     running: tuple[str, ...]
     active: bool = True
+    # The tables this member's last discovery found (SPEC §15.2): the leader plans over the
+    # configured tables and the union of every member's.
+    found: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ checks and the CLI read it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -22,6 +23,10 @@ class TableState(StrEnum):
     RUNNING = "RUNNING"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
+    # A discovered table the integration user cannot read; probed again at the next discovery.
+    SKIPPED = "SKIPPED"
+    # Waiting for one of the backfill.max.tables backfill slots (SPEC §15.2).
+    QUEUED = "QUEUED"
 
 
 @dataclass
@@ -48,6 +53,14 @@ class TableStatus:
     hi: str | None = None  # high-water mark of the current sweep
     # Set when a drain ended before every acknowledged offset was written (deadline, outage).
     unfinished: str | None = None
+    # While QUEUED: the table's 1-based place in the backfill queue, asked when shown.
+    queue_position: Callable[[], int | None] | None = field(default=None, repr=False)
+
+    def queue_place(self) -> int | None:
+        """The place in the backfill queue while QUEUED, else None."""
+        if self.state != TableState.QUEUED or self.queue_position is None:
+            return None
+        return self.queue_position()
 
     def committed_text(self) -> str | None:
         """The committed offset as ``ts/sys_id/phase`` for log lines and diagnostics."""

@@ -34,6 +34,8 @@ class Page:
     date: str | None
     total_count: int | None
     elapsed: float
+    # A ``Link`` header named a ``next`` page (only asked for by discovery's readability probe).
+    next_link: bool = False
 
 
 def requested_fields(spec: TableSpec) -> str | None:

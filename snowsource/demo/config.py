@@ -13,6 +13,7 @@ from snowsource.config.models import Settings
 from snowsource.core.errors import ConfigError
 from snowsource.demo.options import EMULATOR_PASSWORD, EMULATOR_USER, Options
 
+DEMO_DISCOVER: Final = {"extends": ["task"], "exclude": ["sc_*"], "interval.seconds": 60}
 CHECKOUT: Final = Path(__file__).resolve().parents[2]
 EXAMPLE: Final = CHECKOUT / "config.example.yaml"
 
@@ -44,6 +45,12 @@ def write_config(path: Path, *, url: str, options: Options, rest_port: int | Non
     if options.registry_url is not None:
         document["value.format"] = "avro"
         document["schema.registry"] = {"url": options.registry_url}
+    # The whole instance (SPEC §15.2): every table under task beside the explicit ones, found
+    # in sys_db_object at start and again every minute.
+    document["snow"]["discover"] = DEMO_DISCOVER
+    # The demo's tables are small: all of them backfill at once, so each shows rows within
+    # seconds (the default of 4 would queue the discovered ones behind the explicit three).
+    document["backfill.max.tables"] = 16
     if options.topic_prefix is not None:
         document["topic.prefix"] = options.topic_prefix
         for table in document["snow"]["tables"].values():

@@ -22,6 +22,7 @@ from pydantic import SecretStr
 from snowsource.adapters.kafka import KafkaConnection, KafkaUnavailableError, wait_for_kafka
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.config.models import Settings
+from snowsource.core.discovery import db_objects, select
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.query import normalise_query
 from snowsource.demo import processes
@@ -131,6 +132,8 @@ def _emulator_argv(port: int, options: Options) -> list[str]:
         *("--latency-ms", f"{options.latency_ms:g}"),
         # An instance's sessions and nodes (SPEC §14.1): the daemon's session pool at work.
         *("--session-sync", "--nodes", "2"),
+        # sys_db_object lists a whole instance's tables: snow.discover finds those under task.
+        "--whole-instance",
     ]
 
 
@@ -217,6 +220,8 @@ class _Run:
         """Run the daemon until stopped; its exit code."""
         options, settings, views = self.options, self.settings, self.views
         auth = BasicAuth(EMULATOR_USER, SecretStr(EMULATOR_PASSWORD))
+        async with ServiceNowClient(self.url, auth) as client:
+            await self._discover(client)
         async with (
             ServiceNowClient(self.url, auth) as client,
             KafkaTracker(options.bootstrap, views) as tracker,
@@ -242,6 +247,26 @@ class _Run:
                 self._show_messages(screen)
                 screen.draw("stopped", final=True)
         return code
+
+    async def _discover(self, client: ServiceNowClient) -> None:
+        """Show the tables ``snow.discover`` selects as the daemon will (the same rules)."""
+        settings = self.settings
+        config = settings.snow.discover
+        if config is None:
+            return
+        # The daemon's selection rules over one page of sys_db_object (the demo's instance has
+        # a few dozen tables; the daemon pages it and probes each table's readability too).
+        params = {"sysparm_fields": "sys_id,name,super_class,sys_class_name"}
+        page = await client.get_page("sys_db_object", {**params, "sysparm_limit": "10000"})
+        explicit = [table.name for table in settings.tables.values()]
+        names = list(select(db_objects(page.rows), config.rules, explicit).tables)
+        print(
+            f"discovery (snow.discover extends: {config.extends}, exclude: {config.exclude}): "
+            f"{len(names)} more tables from sys_db_object: {', '.join(names)}"
+        )
+        for name in names:
+            self.views.append(TableView(name, f"{settings.topic_prefix}{name}", ""))
+            self.names[name] = name
 
     async def _count(self, client: ServiceNowClient, views: list[TableView]) -> None:
         await asyncio.gather(*(count_rows(client, v, self.names[v.alias]) for v in views))

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from snowsource.emulator.aggregate import count_records
+from snowsource.emulator.catalog import catalog_routes
 from snowsource.emulator.clock import http_date
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.faults import Fault
@@ -22,6 +23,7 @@ from snowsource.emulator.instance_app import instance_middleware, statistics_rou
 from snowsource.emulator.journal import Request
 from snowsource.emulator.tableapi import (
     EMULATOR,
+    ROWS_KEY,
     USER_KEY,
     create_record,
     delete_record,
@@ -170,6 +172,7 @@ async def _pipeline(request: web.Request, handler: Handler) -> web.StreamRespons
         entry.status = exc.status
         raise
     entry.status = 0 if request.get(_DROPPED) else response.status
+    entry.rows = request.get(ROWS_KEY)
     return response
 
 
@@ -222,5 +225,6 @@ def make_app(emu: Emulator) -> web.Application:
         router.add_get(prefix + "/{table}", count_records)
     router.add_post("/oauth_token.do", _oauth_token)
     statistics_routes(router)
+    catalog_routes(router)
     router.add_route("*", "/api/{tail:.*}", _unknown_api)
     return app

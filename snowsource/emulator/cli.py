@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from snowsource.emulator.catalog import whole_instance
 from snowsource.emulator.emulator import Emulator
 from snowsource.emulator.server import serve, tls_context
 from snowsource.observability.logs import configure_logging
@@ -51,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--password", default="admin", help="password of --user")
     parser.add_argument(
         "--user-tz", default="America/Los_Angeles", help="time zone of the user (display values)"
+    )
+    parser.add_argument(
+        "--whole-instance",
+        action="store_true",
+        help="add a whole instance's tables to sys_db_object (task and cmdb_ci hierarchies, "
+        "sys_ and u_ tables, views, unreadable tables) for snow.discover",
     )
     _instance_arguments(parser)
     parser.add_argument("--tls-cert", help="PEM certificate (chain): serve HTTPS")
@@ -116,6 +123,8 @@ def build(args: argparse.Namespace) -> Emulator:
         emu.create_view(
             "incident_sla", {"inc": "incident", "sla": "task_sla"}, join=("inc_sys_id", "sla_task")
         )
+    if args.whole_instance:
+        whole_instance(emu, rows=max(args.rows // 10, 1))
     emu.latency_ms = args.latency_ms
     emu.instance.configure(
         enabled=not args.no_instance_model,

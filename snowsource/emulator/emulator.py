@@ -295,6 +295,14 @@ class Emulator(RowWrites, AccessRules, CompletenessData):
             name, prefixes, join, self.tables, left_join=left_join, max_records=max_records
         )
         self.views[name] = view
+        # A view is a sys_db_object row too, of class sys_db_view (discovery leaves it out).
+        when = self.clock.now() - timedelta(days=1)
+        self.insert(
+            "sys_db_object",
+            {"name": name, "label": name, "sys_class_name": "sys_db_view"},
+            at=when,
+            visible_at=when,
+        )
         return view
 
     def table_def(self, name: str) -> TableDef | None:

@@ -19,6 +19,8 @@ class Request:
     status: int = 0
     user: str | None = None
     table: str | None = None
+    # Rows a list request answered (after ACLs), None for any other request.
+    rows: int | None = None
 
 
 class Journal(list[Request]):

@@ -37,6 +37,10 @@ USER_KEY: web.RequestKey[User] = web.RequestKey("snowsource.emulator.user", User
 Row = Mapping[str, str]
 
 
+#: Where the list handler leaves its row count for the request journal.
+ROWS_KEY: web.RequestKey[int] = web.RequestKey("snowsource.emulator.rows", int)
+
+
 def json_response(
     payload: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:
@@ -305,6 +309,7 @@ async def list_records(request: web.Request) -> web.Response:
     if not result and request.match_info.get("version") == "v1" and emu.v1_empty_list_404:
         return not_found()
     headers = _paging_headers(request, params, total, limit=limit, offset=offset)
+    request[ROWS_KEY] = len(result)
     return json_response({"result": result}, headers=headers)
 
 

@@ -72,6 +72,7 @@ class ApiOptions:
     all_specs: tuple[TableSpec, ...] = field(repr=False)
     owners: Mapping[str, int] = field(repr=False)
     token: str | None = field(default=None, repr=False)  # rest.auth.token
+    topic_prefix: str = ""  # a discovered table's topic is {topic.prefix}{name}
 
 
 class OffsetsAdmin(Protocol):

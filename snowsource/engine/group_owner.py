@@ -88,14 +88,21 @@ class GroupOwner:
         stop_timeout: float,
         join: JoinGroup,
         on_members: Callable[[int], None] = lambda members: None,
+        resolve: Callable[[str], list[TableSpec]] | None = None,
     ) -> None:
         """``join`` builds this member's group membership around it; ``on_members`` learns how
-        many members the group has at each round (they share the ServiceNow rate budget)."""
+        many members the group has at each round (they share the ServiceNow rate budget).
+        ``resolve`` builds the streams of a discovered table the plan gives this member (any
+        member's discovery may have found it, SPEC §15.2)."""
         self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
         self.streams: dict[str, list[TableSpec]] = {}
         for spec in specs:
             alias = spec.base.alias if spec.base else spec.alias
             self.streams.setdefault(alias, []).append(spec)
+        self._configured = sorted(self.streams)
+        self._resolve = resolve
+        # What this member's discovery found, reported at every join (``found``).
+        self.found: set[str] = set()
         self.view: GroupView | None = None
         self._build = build
         self._run = run
@@ -124,8 +131,20 @@ class GroupOwner:
 
     @property
     def aliases(self) -> list[str]:
-        """Every configured table: the leader plans over these."""
-        return sorted(self.streams)
+        """Every configured table: the leader plans over these and every member's ``found``."""
+        return list(self._configured)
+
+    def discovered(self, alias: str, specs: list[TableSpec]) -> None:
+        """This member's discovery found ``alias``: report it at a new round."""
+        self.streams[alias] = specs
+        self.found.add(alias)
+        self.group.request_rejoin()
+
+    def undiscovered(self, alias: str) -> None:
+        """This member's discovery no longer finds ``alias``; the plan drops it once no
+        member reports it, and its runner then stops it like any table it loses."""
+        self.found.discard(alias)
+        self.group.request_rejoin()
 
     def running(self) -> set[str]:
         """The tables that may be polled here now or soon (reported at every join)."""
@@ -231,7 +250,8 @@ class GroupOwner:
     def _desired(self) -> set[str]:
         if not self._enabled or self._closing or self.view is None:
             return set()
-        return self.view.tables_of(self.key) & set(self.streams)
+        mine = self.view.tables_of(self.key)
+        return mine if self._resolve is not None else mine & set(self.streams)
 
     async def _reconcile_forever(self) -> None:
         while not self._closing:
@@ -283,6 +303,8 @@ class GroupOwner:
         log.info("tables started", tables=gaining, member=self.key)
 
     def _start(self, alias: str) -> None:
+        if alias not in self.streams and self._resolve is not None:
+            self.streams[alias] = self._resolve(alias)  # found by another member's discovery
         stop = StopSignal(self.group.lease())
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}

@@ -8,6 +8,7 @@ table runs) and never which mode it has.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -32,6 +33,10 @@ class TablesMode(Protocol):
     async def start(self, *, reload: bool) -> None: ...
 
     async def stop(self, deadline: Deadline, *, closing: bool) -> list[str]: ...
+
+    async def add(self, alias: str, specs: list[TableSpec]) -> None: ...
+
+    async def remove(self, alias: str, deadline: Deadline) -> list[str]: ...
 
     def placement(self, alias: str) -> Placement: ...
 
@@ -60,9 +65,16 @@ class StaticTables:
         self._tasks = tasks
         self._page_slots = page_slots
         self._generation: Generation | None = None
+        self._pages: PageBudget | None = None
+        # Discovered tables: each a generation of its own, started and stopped alone.
+        self._discovered: dict[str, list[TableSpec]] = {}
+        self._extra: dict[str, Generation] = {}
 
     def pollers(self) -> dict[str, Poller]:
-        return dict(self._generation.pollers) if self._generation else {}
+        found = dict(self._generation.pollers) if self._generation else {}
+        for generation in self._extra.values():
+            found.update(generation.pollers)
+        return found
 
     async def start(self, *, reload: bool) -> None:
         """A fresh generation from the stored offsets; ``reload`` re-reads them first."""
@@ -70,14 +82,37 @@ class StaticTables:
             return
         if reload:
             await self._prepare()
+        self._pages = PageBudget(self._page_slots)
+        self._generation = self._spawn(self._specs, "pollers")
+        for alias, specs in self._discovered.items():
+            self._extra[alias] = self._spawn(specs, f"pollers:{alias}")
+
+    def _spawn(self, specs: list[TableSpec], name: str) -> Generation:
+        assert self._pages is not None
         stop = StopSignal()
-        pollers = self._build(self._specs, stop, PageBudget(self._page_slots))
+        pollers = self._build(specs, stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}
-        task = self._tasks.spawn(self._run(runnable), name="pollers")
-        self._generation = Generation(stop=stop, pollers=pollers, task=task)
+        task = self._tasks.spawn(self._run(runnable), name=name)
+        return Generation(stop=stop, pollers=pollers, task=task)
 
     async def stop(self, deadline: Deadline, *, closing: bool) -> list[str]:
         generation, self._generation = self._generation, None
+        extra, self._extra = self._extra, {}
+        stopping = [g for g in (generation, *extra.values()) if g is not None]
+        results = await asyncio.gather(*(stop_generation(g, deadline) for g in stopping))
+        return [problem for found in results for problem in found]
+
+    async def add(self, alias: str, specs: list[TableSpec]) -> None:
+        """Run a discovered table (and its streams) as a generation of its own, beside the
+        others, which are not touched (SPEC §15.2); remembered across stop and start."""
+        self._discovered[alias] = specs
+        if self._generation is not None and alias not in self._extra:
+            self._extra[alias] = self._spawn(specs, f"pollers:{alias}")
+
+    async def remove(self, alias: str, deadline: Deadline) -> list[str]:
+        """Stop a table no longer discovered; its offsets stay where they are."""
+        self._discovered.pop(alias, None)
+        generation = self._extra.pop(alias, None)
         return await stop_generation(generation, deadline) if generation is not None else []
 
     def placement(self, alias: str) -> Placement:
@@ -105,6 +140,14 @@ class GroupTables:
 
     async def stop(self, deadline: Deadline, *, closing: bool) -> list[str]:
         return await self.owner.stop_all(deadline, closing=closing)
+
+    async def add(self, alias: str, specs: list[TableSpec]) -> None:
+        # The group decides which member runs it (every member reports what it found).
+        self.owner.discovered(alias, specs)
+
+    async def remove(self, alias: str, deadline: Deadline) -> list[str]:
+        self.owner.undiscovered(alias)
+        return []
 
     def placement(self, alias: str) -> Placement:
         return Placement(*self.owner.placement(alias))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -33,6 +34,7 @@ from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
 from snowsource.engine import failures
+from snowsource.engine.admission import BackfillAdmission, RowCount
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery
@@ -70,8 +72,13 @@ class Poller:
         pages: PageBudget | None = None,
         tail: OutputTail | None = None,
         delivery: DeliveryFactory = PageDelivery,
+        admission: BackfillAdmission | None = None,
+        row_count: RowCount | None = None,
     ) -> None:
         self.spec = spec
+        # Backfill slots (SPEC §15.2): only a table's own stream asks for one.
+        self._admission = admission if spec.stream == "table" else None
+        self._row_count = row_count or _no_count
         self.status = TableStatus()
         self._log = structlog.get_logger("snowsource.engine.poller").bind(
             table=spec.alias, snow_table=spec.name
@@ -80,8 +87,9 @@ class Poller:
         self._failures = FailureTracker(self.status, spec.alias)
         # ServiceNow requests and restarts retry by ``retry``; Kafka work by its own policies.
         self._kafka_retry = kafka_retry or KafkaRetries(retry, retry, retry)
-        offsets_retry = self._kafka_retry.offsets
-        self._writer = OffsetWriter(store, offsets_retry, table=spec.alias, failures=self._failures)
+        self._writer = OffsetWriter(
+            store, self._kafka_retry.offsets, table=spec.alias, failures=self._failures
+        )
         self._store, self._tail, self._pages = store, tail, pages
         self._clock, self._retry, self._stop = clock, retry, stop
         # Every ServiceNow request of the stream, its hooks' included, retried in one place.
@@ -93,19 +101,12 @@ class Poller:
             log=self._log,
             failures=self._failures,
         )
-        # What differs between a table's stream and its delete stream: shaping, HI cap.
-        self._hooks = (hooks or stream_hooks([spec])[spec.alias])(self._requests)
+        self._hooks = (hooks or stream_hooks([spec])[spec.alias])(self._requests)  # shaping, HI cap
         deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._delivery = deliveries()
         self._reader = TableReader(spec, self._requests, stop=stop.event)
         self._slices = SliceTools(
-            spec,
-            self._reader,
-            self._hooks,
-            self._recorder,
-            stop,
-            self._delivery,
-            deliveries,
+            *(spec, self._reader, self._hooks, self._recorder, stop, self._delivery, deliveries),
             now=clock.now,
             failures=self._failures,
             pages=pages,
@@ -192,20 +193,37 @@ class Poller:
     # ------------------------------------------------------------------ 2. sweeps
 
     async def _sweeps(self, gen: TableGeneration) -> None:
-        spec = self.spec
         await self._reader.ensure_clock(self._clock)
         await self._hooks.start()
-        self._recorder.state(TableState.RUNNING)
+        admission = self._admission
+        if admission is None or not gen.backfilling:
+            self._recorder.state(TableState.RUNNING)
+            await self._sweep_loop(gen, None)
+            return
+        alias = self.spec.alias
+        self.status.queue_position = functools.partial(admission.position, alias)
+        queued = functools.partial(self._recorder.state, TableState.QUEUED)
+        async with admission.slot(alias, self._row_count, queued) as release:
+            self._recorder.state(TableState.RUNNING)
+            await self._sweep_loop(gen, release)
+
+    async def _sweep_loop(self, gen: TableGeneration, caught_up: Callable[[], None] | None) -> None:
+        """Sweeps until stopped; ``caught_up`` is called once the backfill reached its end."""
+        spec = self.spec
         start: Position | None = gen.start
         while start is not None and not self._stop.is_set():
             hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
             if hi is not None and gen.sliced:
                 gen.sliced = False
                 start = await sliced_sweep(self._slices, gen, start, hi)
+                if start is not None and caught_up is not None:
+                    caught_up()
                 continue
             # No HI: a delete stream whose table has not completed a sweep yet.
             if hi is not None and (start := await self._sweep(gen, start, hi)) is None:
                 return
+            if hi is not None and caught_up is not None:
+                caught_up()
             if await sleep_or_stop(self._stop.event, spec.poll_interval):
                 return
 
@@ -313,3 +331,7 @@ class Poller:
             self._recorder.backfilling(
                 (self._clock.now() - parse_ts(gen.cursor.ts)).total_seconds()
             )
+
+
+async def _no_count() -> int | None:
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import SourcePartition, StoredEntry
@@ -30,6 +30,20 @@ class PageSource(Protocol):
         label: str | None = None,
         priority: Priority = Priority.STREAM,
     ) -> Page: ...
+
+
+@runtime_checkable
+class DocumentSource(Protocol):
+    """A page source that also answers JSON documents (the Aggregate API)."""
+
+    async def get_json(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        requester: str | None = None,
+        priority: Priority = Priority.STREAM,
+    ) -> Any: ...
 
 
 @runtime_checkable
@@ -83,3 +97,27 @@ class SchemaRegistry(Protocol):
     async def lookup(self, subject: str, schema: str, schema_type: str) -> Registered: ...
 
     async def latest(self, subject: str) -> Registered: ...
+
+
+class InstanceClient(Protocol):
+    """The process's ServiceNow client as discovery and backfill admission use it
+    (``adapters.servicenow.ServiceNowClient``): pages and JSON documents, one attempt each."""
+
+    async def get_page(
+        self,
+        table: str,
+        params: Mapping[str, str],
+        *,
+        label: str | None = None,
+        requester: str | None = None,
+        priority: Priority = Priority.STREAM,
+    ) -> Page: ...
+
+    async def get_json(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        requester: str | None = None,
+        priority: Priority = Priority.STREAM,
+    ) -> Any: ...

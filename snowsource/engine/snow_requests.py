@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
@@ -31,7 +32,7 @@ from snowsource.core.grants import Priority
 from snowsource.core.retry import PageSizer, RetryPolicy
 from snowsource.core.tableapi import Page
 from snowsource.engine.failures import FailureSource, FailureTracker
-from snowsource.engine.ports import PageSource, SharedSource
+from snowsource.engine.ports import DocumentSource, PageSource, SharedSource
 from snowsource.observability import metrics
 from snowsource.runtime.retrying import Attempt, StoppedError, retrying
 
@@ -111,6 +112,14 @@ class SnowRequests:
             return await self._client.get_page(table, params, label=self.alias, priority=priority)
         except RetriableError:
             return None
+
+    async def document(self, path: str, params: Params, *, priority: Priority) -> Any:
+        """A JSON document (the Aggregate API's count), one attempt: errors reach the caller,
+        for whom it is a hint that may be missing."""
+        client = self._client
+        if not isinstance(client, DocumentSource):
+            raise TypeError("this page source answers no JSON documents")
+        return await client.get_json(path, params, requester=self.alias, priority=priority)
 
     def getter(self, asking: str) -> RetriedGetter:
         """This path as a plain page source (``get_page``), for code written against a client

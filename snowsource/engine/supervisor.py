@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
@@ -39,9 +40,11 @@ from snowsource.core.offsets_codec import StoredEntry
 from snowsource.core.reconcile import KEY_PAGE_SIZE
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
+from snowsource.engine.admission import BackfillAdmission, aggregate_count
 from snowsource.engine.budget import PageBudget, page_slots
 from snowsource.engine.clock_probe import StartupProbe
 from snowsource.engine.delivery import PageDelivery
+from snowsource.engine.discovery import Discoverer, static_discoverer
 from snowsource.engine.facade import ConnectorState, OffsetsAdmin, Placement, ShuttingDownError
 from snowsource.engine.group_owner import GroupOwner
 from snowsource.engine.modes import GroupTables, StaticTables, TablesMode
@@ -51,7 +54,7 @@ from snowsource.engine.reconcile import ReconcilePoller
 from snowsource.engine.schemas import SchemaRegistrar
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import stream_hooks
-from snowsource.engine.table_specs import owned_specs
+from snowsource.engine.table_specs import owned_specs, stream_specs
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import Adapters, kafka_retries, registry_connection, snow_retry
@@ -101,7 +104,9 @@ class Daemon:
         self.settings = settings
         # sys_ids per key-sweep page: SPEC §14.3's 10,000 (tests give a smaller one).
         self._reconcile_page_size = reconcile_page_size
-        self.specs = owned_specs(settings)
+        self._explicit_specs = owned_specs(settings)
+        # Discovered tables running here, by name (their streams' specs): ``engine.discovery``.
+        self._discovered: dict[str, list[TableSpec]] = {}
         self.ready = asyncio.Event()
         self._adapters = adapters or Adapters(settings)
         self._allow_full_replay = allow_full_replay
@@ -124,14 +129,19 @@ class Daemon:
         # Fences a second process of this task.id (static) or carries the table assignor
         # (group); opened with the other resources.
         self._membership: GroupMembership | None = None
+        self.admission = BackfillAdmission(
+            settings.backfill_max_tables,
+            explicit=frozenset(spec.alias for spec in self._explicit_specs),
+        )
         self._mode = self._tables_mode()
+        self.discoverer = self._make_discoverer()
 
     def _tables_mode(self) -> TablesMode:
         slots = page_slots(self.settings.snow.http.max_concurrent_requests)
         if self.settings.tasks_assignment == TasksAssignment.GROUP:
             # The consumer group decides, table by table, what runs here.
             owner = GroupOwner(
-                self.specs,
+                self._explicit_specs,
                 build=self._build_pollers,
                 run=self._run_pollers,
                 reload=self._reload_offsets,
@@ -140,11 +150,12 @@ class Daemon:
                 stop_timeout=self.settings.shutdown_timeout_seconds,
                 join=self._join,
                 on_members=self._share_budget,
+                resolve=self._discovered_streams,
             )
             return GroupTables(owner)
         self._membership = self._adapters.static_membership(self._fenced)
         return StaticTables(
-            self.specs,
+            self._explicit_specs,
             build=self._build_pollers,
             run=self._run_pollers,
             prepare=self._prepare_restart,
@@ -152,7 +163,56 @@ class Daemon:
             page_slots=slots,
         )
 
+    def _make_discoverer(self) -> Discoverer | None:
+        if self.settings.snow.discover is None:
+            return None
+        return static_discoverer(
+            self.settings,
+            client=lambda: self._opened.client if self._opened else None,
+            retry=self._retry,
+            target=self,
+        )
+
+    async def add_discovered(self, names: list[str]) -> None:
+        """Start newly discovered tables beside the running ones (``engine.discovery``)."""
+        async with self._lock:
+            if self._closing:
+                return
+            added: dict[str, list[TableSpec]] = {}
+            for name in names:
+                added[name] = stream_specs(
+                    self.settings, name, self.settings.discovered_table(name)
+                )
+            topics = [spec.topic for specs in added.values() for spec in specs]
+            self._topic_problems.update(await self._adapters.ensure_topics(topics))
+            for name, specs in added.items():
+                for spec in specs:
+                    log.info("table partition", table=spec.alias, topic=spec.topic)
+                self._discovered[name] = specs
+                await self._mode.add(name, specs)
+
+    def _discovered_streams(self, name: str) -> list[TableSpec]:
+        """A discovered table's streams (its own, then its derived ones)."""
+        return stream_specs(self.settings, name, self.settings.discovered_table(name))
+
+    async def remove_discovered(self, names: list[str]) -> None:
+        """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""
+        async with self._lock:
+            for name in names:
+                self._discovered.pop(name, None)
+                deadline = Deadline.after(self.settings.shutdown_timeout_seconds)
+                for problem in await self._mode.remove(name, deadline):
+                    log.warning("a table no longer discovered stopped uncleanly", problem=problem)
+
     # ----------------------------------------------------------------- the facade
+
+    @property
+    def specs(self) -> list[TableSpec]:
+        """Every stream this process owns: the configured ones, then the discovered ones."""
+        return [
+            *self._explicit_specs,
+            *(spec for specs in self._discovered.values() for spec in specs),
+        ]
 
     @property
     def pollers(self) -> dict[str, Poller]:
@@ -160,8 +220,13 @@ class Daemon:
         return self._mode.pollers()
 
     def statuses(self) -> dict[str, TableStatus]:
-        """The status of every table running here, by alias."""
-        return {alias: poller.status for alias, poller in self._mode.pollers().items()}
+        """The status of every table running here, by alias, and of every discovered table
+        SKIPPED as unreadable."""
+        found = {alias: poller.status for alias, poller in self._mode.pollers().items()}
+        if self.discoverer is not None:
+            for alias, status in self.discoverer.statuses().items():
+                found.setdefault(alias, status)
+        return found
 
     @property
     def state(self) -> ConnectorState:
@@ -272,6 +337,8 @@ class Daemon:
         async with AsyncExitStack() as stack:
             await self._open_resources(stack)
             await self.start_pollers()
+            if self.discoverer is not None:
+                self._tasks.spawn(self.discoverer.run(), name="discovery")
             self.ready.set()
             try:
                 await shutdown.wait()
@@ -297,7 +364,7 @@ class Daemon:
                 topic=spec.topic,
                 partition=spec.partition.as_dict(),
             )
-        if not self.specs and not self._mode.group_mode:
+        if not self.specs and not self._mode.group_mode and s.snow.discover is None:
             log.warning(
                 "this task owns no tables",
                 task_id=s.task_id,
@@ -407,6 +474,8 @@ class Daemon:
     async def _shut_down(self) -> None:
         deadline = self._shutdown_deadline()
         log.info("shutting down", timeout_s=self.settings.shutdown_timeout_seconds)
+        if self.discoverer is not None:
+            self.discoverer.stop()
         async with self._lock:
             self._closing = True
             await self._mode.stop(deadline, closing=True)
@@ -493,6 +562,8 @@ class Daemon:
                 "pages": pages,
                 "tail": self._adapters.topic_tail(),
                 "delivery": deliveries.factory(spec) if deliveries else PageDelivery,
+                "admission": self.admission,
+                "row_count": functools.partial(aggregate_count, client, spec),
             }
             poller = self._poller(spec, common)
             pollers[spec.alias] = poller

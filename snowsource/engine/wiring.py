@@ -164,6 +164,7 @@ def api_options(settings: Settings) -> ApiOptions:
         all_specs=tuple(connector_specs(settings)),
         owners=table_owners(settings),
         token=token.get_secret_value() if token is not None else None,
+        topic_prefix=settings.topic_prefix,
     )
 
 
@@ -351,6 +352,7 @@ class Adapters:
             running=owner.running,
             on_view=owner.on_view,
             active=owner.active,
+            found=lambda: owner.found,
         )
         return GroupMembership(
             self.conn,

@@ -210,7 +210,7 @@ SNOW_NON_PAGE_RESPONSES = Counter(
 )
 
 PHASES = ("backfill", "stream")
-STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED")
+STATES = ("STARTING", "RUNNING", "FAILED", "STOPPED", "PAUSED", "SKIPPED", "QUEUED")
 
 ALL_METRIC_NAMES = (
     "snowsource_rows_emitted",

@@ -13,6 +13,7 @@ from snowsource.adapters.group_protocol import (
     decode_view,
     encode_metadata,
     encode_view,
+    plan_view,
 )
 from snowsource.core.group_plan import owner_among
 
@@ -87,3 +88,19 @@ def test_an_assignment_without_a_plan_runs_nothing() -> None:
     assignment = assignor.assign(ClusterMetadata(), members)["m"]
     assignor.on_assignment(assignment)
     assert seen[-1].owners == {}
+
+
+def test_the_plan_covers_every_members_discovered_tables_and_never_two_runners() -> None:
+    # SPEC §15.2: members that momentarily disagree about the discovered set.
+    a = MemberReport("wa", running=("u_x",), found=("u_x", "u_new"))
+    b = MemberReport("wb", running=(), found=("u_x",))  # has not seen u_new yet
+    view = plan_view(["incident"], {"a": a, "b": b})
+    assert set(view.owners) == {"incident", "u_x", "u_new"}
+    # u_x is run by a: it is never given to b while a reports running it.
+    assert view.owners["u_x"] in ("a", None)
+    decoded = decode_metadata(encode_metadata("a", "wa", ["u_x"], found=["u_new", "u_x"]))
+    assert decoded is not None
+    assert decoded[1].found == ("u_new", "u_x")
+    old = decode_metadata(b'{"key": "k", "worker": "w", "runs": []}')
+    assert old is not None
+    assert old[1].found == ()

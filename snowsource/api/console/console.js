@@ -199,7 +199,9 @@
     // Group mode: the member that runs the table (its counters live there).
     setText(part(node, "worker"), table.worker_id ? ` · on ${table.worker_id}` : "");
     const badge = part(node, "state");
-    setText(badge, table.state);
+    // A table waiting for a backfill slot shows its place in the queue (SPEC §15.2).
+    const queued = table.state === "QUEUED" && table.queue_position;
+    setText(badge, queued ? `QUEUED #${table.queue_position}` : table.state);
     badge.dataset.state = table.state || "";
     setText(part(node, "phase"), table.phase || "no offset yet");
 
@@ -270,7 +272,8 @@
     const parts = [];
     if (table.consecutive_failures) parts.push(`${table.consecutive_failures} consecutive failure(s)`);
     if (table.failing_since) parts.push(`since ${table.failing_since}`);
-    setText(part(node, "failure-head"), parts.length ? parts.join(", ") : "last error");
+    const head = table.state === "SKIPPED" ? "skipped: not readable" : "last error";
+    setText(part(node, "failure-head"), parts.length ? parts.join(", ") : head);
     setText(part(node, "last-error"), table.last_error);
   }
 

@@ -1,0 +1,79 @@
+"""``snow.discover`` (SPEC §15.2): which tables of the instance to stream beside ``snow.tables``.
+
+The selection keys are checked here; ``template`` (any per-table key except ``name`` and
+``topic``) is checked against the table model by ``Settings`` once the top-level defaults a
+table inherits are known (``config.discovered``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from snowsource.config.fields import PositiveInt, problems_error
+from snowsource.core.discovery import DiscoverRules
+
+__all__ = ["TEMPLATE_FORBIDDEN", "DiscoverConfig"]
+
+#: The per-table keys a template may not set: every discovered table has its own.
+TEMPLATE_FORBIDDEN: Final = ("name", "topic")
+
+
+def _names(value: Any) -> Any:
+    # A single glob is a list of one; null is the default.
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else value
+
+
+Globs = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_names)]
+
+
+class DiscoverConfig(BaseModel):
+    """``snow.discover``: include/exclude globs, ``extends``, views, interval, template."""
+
+    # As config.models.Section (imported there, so spelled out here).
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=lambda name: name.replace("_", "."),
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        hide_input_in_errors=True,
+    )
+
+    include: Globs = Field(default_factory=lambda: ["*"])
+    exclude: Globs = Field(default_factory=list)
+    extends: Globs = Field(default_factory=list)
+    views: bool = False
+    interval_seconds: PositiveInt = 3600
+    template: Annotated[dict[str, Any], BeforeValidator(lambda v: {} if v is None else v)] = Field(
+        default_factory=dict
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _no_name_or_topic(cls, value: dict[str, Any]) -> dict[str, Any]:
+        found = [key for key in TEMPLATE_FORBIDDEN if key in value]
+        if found:
+            raise problems_error(
+                (
+                    key,
+                    "a discovered table's name and topic are its own (topic: "
+                    "{topic.prefix}{name}); list the table under snow.tables to set them",
+                )
+                for key in found
+            )
+        return value
+
+    @property
+    def rules(self) -> DiscoverRules:
+        """The selection rules of ``core.discovery``."""
+        return DiscoverRules(
+            include=tuple(self.include),
+            exclude=tuple(self.exclude),
+            extends=tuple(self.extends),
+            views=self.views,
+        )

@@ -1,0 +1,195 @@
+"""``snow.discover`` end to end (SPEC §15.2): the emulator's whole instance, a real broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from snowsource.cli.check import Status, exit_code, run_checks
+from snowsource.cli.offsets import amain as offsets_amain
+from snowsource.config.loader import load_config
+from snowsource.config.models import Settings
+from snowsource.core.table_status import TableState
+from snowsource.emulator.catalog import ACL_EMPTY, CATALOG_PATH, FORBIDDEN, whole_instance
+from snowsource.emulator.journal import Request
+from snowsource.engine.supervisor import Daemon
+from snowsource.observability import metrics
+from tests.integration.conftest import Env
+from tests.integration.engine import (
+    read_offsets,
+    read_topic,
+    running,
+    settings_from,
+    write_config,
+)
+from tests.integration.test_rest import base_url, call
+from tests.polling import poll_until
+
+ROWS = 3
+
+
+def discover_settings(
+    env: Env, discover: dict[str, Any], tables: dict[str, Any] | None = None
+) -> Settings:
+    document = env.document(tables or {}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = discover
+    return settings_from(env.tmp_path, document)
+
+
+def streaming(daemon: Daemon, names: set[str]) -> bool:
+    pollers = daemon.pollers
+    return set(pollers) >= names and all(pollers[n].status.caught_up for n in names)
+
+
+async def test_extends_include_exclude_select_exactly_the_expected_tables(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    settings = discover_settings(
+        env,
+        {"extends": ["task", "cmdb_ci"], "exclude": ["sc_*"], "template": {"batch.size": 50}},
+        tables={"incident": {"name": "incident"}},
+    )
+    expected_task = {
+        "task",
+        "change_request",
+        "problem",
+        "change_task",
+        "incident_task",
+        "problem_task",
+        "u_priority_incident",
+    }
+    expected_ci = {
+        "cmdb_ci",
+        "cmdb_ci_server",
+        "cmdb_ci_hardware",
+        "cmdb_ci_computer",
+        "cmdb_ci_linux_server",
+        "cmdb_ci_win_server",
+        "cmdb_ci_appl",
+        "cmdb_ci_database",
+        "cmdb_ci_service",
+        "cmdb_ci_netgear",
+    }
+    expected = expected_task | expected_ci
+    async with running(settings) as daemon:
+        await poll_until(lambda: streaming(daemon, expected | {"incident"}), timeout=60)
+        pollers = daemon.pollers
+        assert set(pollers) == expected | {"incident"}
+        for name in expected:
+            assert pollers[name].spec.topic == f"{env.name}.{name}"
+            assert pollers[name].spec.batch_size == 50
+        # The explicit entry keeps its own settings (its topic), never discovered twice.
+        assert pollers["incident"].spec.topic == env.topic("incident")
+    records = await read_topic(env.bootstrap, f"{env.name}.problem")
+    assert len({r.key for r in records}) == ROWS
+
+
+async def test_unreadable_skipped_new_table_starts_removed_table_stops(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    asked: list[str] = []
+
+    def seen(request: Request) -> None:
+        if request.table in (FORBIDDEN, ACL_EMPTY):
+            asked.append(request.table)
+
+    env.emu.on_request(seen)
+    interval = 2
+    settings = discover_settings(env, {"include": ["u_*"], "interval.seconds": interval})
+    custom = {"u_vendor_contract", "u_site", "u_badge", "u_asset_note", "u_priority_incident"}
+    async with running(settings) as daemon:
+        discoverer = daemon.discoverer
+        assert discoverer is not None
+        await poll_until(lambda: streaming(daemon, custom), timeout=60)
+        assert set(daemon.pollers) == custom  # no view, no u_Legacy_Import, no unreadable one
+        statuses = daemon.statuses()
+        for name in (FORBIDDEN, ACL_EMPTY):
+            assert statuses[name].state == TableState.SKIPPED
+        assert "403" in (statuses[FORBIDDEN].last_error or "")
+        assert "hidden by ACL" in (statuses[ACL_EMPTY].last_error or "")
+        labels = {"table": FORBIDDEN, "state": "SKIPPED"}
+        assert metrics.REGISTRY.get_sample_value("snowsource_table_state", labels) == 1
+
+        # A table created while running (the emulator's control call) starts within the interval.
+        before = {n: daemon.pollers[n] for n in custom}
+        emitted = {n: p.status.rows_emitted for n, p in before.items()}
+        async with aiohttp.ClientSession() as http:
+            body = {"name": "u_new_table", "rows": 2}
+            async with http.post(env.url + CATALOG_PATH, json=body) as response:
+                assert response.status == 201
+        await poll_until(lambda: streaming(daemon, {"u_new_table"}), timeout=interval * 3 + 10)
+        assert daemon.pollers["u_new_table"].status.rows_emitted == 2
+
+        # Unreadable tables are asked once per discovery, never in a loop.
+        discoveries = discoverer.state.discoveries
+        assert 0 < asked.count(FORBIDDEN) <= discoveries + 1
+        assert 0 < asked.count(ACL_EMPTY) <= discoveries + 1
+
+        # A table no longer in sys_db_object stops; the others run on undisturbed.
+        row = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_badge")
+        env.emu.delete("sys_db_object", row["sys_id"])
+        await poll_until(lambda: "u_badge" not in daemon.pollers, timeout=interval * 3 + 10)
+        for name in custom - {"u_badge"}:
+            assert daemon.pollers[name] is before[name]  # the same generation, not restarted
+            assert daemon.pollers[name].status.rows_emitted == emitted[name]  # nothing re-read
+    offsets = await read_offsets(env.bootstrap, env.offsets_topic, env.name)
+    assert "u_badge" in offsets  # its offset stays
+    assert "u_new_table" in offsets
+    # `offsets list` runs one discovery: u_badge is orphaned, the discovered ones are not.
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    path = write_config(env.tmp_path / "offsets.yaml", document)
+    capsys.readouterr()
+    assert await offsets_amain(["list", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:2] == ["orphaned", "u_badge"] for line in lines if line.split())
+    for name in ("u_site", "u_new_table"):
+        assert any(line.split()[:2] == [name, name] for line in lines if line.split()), lines
+
+
+async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    path = write_config(env.tmp_path / "check.yaml", document)
+    results = {r.name: r for r in await run_checks(load_config(path, env={}))}
+    line = results["discovery"]
+    assert line.status == Status.PASS
+    assert line.detail.startswith("5 readable tables selected: u_asset_note, u_badge")
+    assert "u_Legacy_Import" in " ".join(line.notes)
+    for name in (FORBIDDEN, ACL_EMPTY):
+        skipped = results[f"table {name} readable"]
+        assert skipped.status == Status.WARN
+        assert skipped.detail.startswith("SKIPPED: ")
+    assert exit_code(results.values()) == 0
+
+
+async def test_rest_status_shows_skipped_tables_with_their_reason(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    document = env.document(
+        {}, **{"topic.prefix": f"{env.name}.", "rest": {"enabled": True, "port": 0}}
+    )
+    document["snow"]["discover"] = {"include": ["u_*"]}
+    settings = settings_from(env.tmp_path, document)
+    async with running(settings) as daemon:
+        discoverer = daemon.discoverer
+        assert discoverer is not None
+        await poll_until(lambda: discoverer.state.discoveries >= 1, timeout=60)
+        async with aiohttp.ClientSession() as http:
+            status, body = await call(http, "GET", f"{base_url(daemon)}/status")
+    assert status == 200
+    tables = body["tables"]
+    assert tables[FORBIDDEN]["state"] == "SKIPPED"
+    assert "403" in tables[FORBIDDEN]["last_error"]
+    assert tables[ACL_EMPTY]["state"] == "SKIPPED"
+    assert tables[FORBIDDEN]["topic"] == f"{env.name}.{FORBIDDEN}"
+    assert "u_site" in tables  # a discovered table is listed under its name
+    # Five readable u_ tables and four backfill slots: whoever waits shows its place.
+    for name in ("u_asset_note", "u_badge", "u_priority_incident", "u_site", "u_vendor_contract"):
+        entry = tables[name]
+        if entry["state"] == "QUEUED":
+            assert entry["queue_position"] >= 1
+        else:
+            assert entry["queue_position"] is None
