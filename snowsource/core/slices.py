@@ -143,6 +143,7 @@ class SliceRange:
 
     __slots__ = (
         "acked_to",
+        "broken",
         "end",
         "finished",
         "page_seconds",
@@ -167,11 +168,12 @@ class SliceRange:
         self.finished = False  # no more pages: every row of the range was returned
         self.page_seconds: int | None = None  # seconds its last full page spanned (density)
         self.short = False  # its last page was short: little or nothing is left to read
+        self.broken = False  # a page was acknowledged only in part: the prefix never passes it
 
     @property
     def settled(self) -> bool:
         """Read to its end and every record acknowledged."""
-        return self.finished and self.pending == 0
+        return self.finished and self.pending == 0 and not self.broken
 
     @property
     def after(self) -> Position:
@@ -457,18 +459,26 @@ class Backfill:
         if r.pending < 1:
             raise ValueError(f"no page of {r!r} awaits an acknowledgement")
         r.pending -= 1
+        if r.broken:
+            return  # a later page of a range whose earlier page Kafka refused in part
         if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
             r.acked_to = last_emitted
 
     def partly_acked(self, r: SliceRange, last_emitted: Position | None) -> None:
         """Only the records of ``r``'s oldest unacknowledged page up to ``last_emitted`` (none
         when ``None``) are acknowledged, and the rest never will be (the table restarts or
-        FAILs): the prefix may reach ``last_emitted`` but never passes the page, which stays
-        pending, so ``r`` never settles."""
+        FAILs): the prefix may reach ``last_emitted`` but never passes the page: ``r`` is
+        broken and never settles, and no later ack of ``r`` moves it."""
         if r.pending < 1:
             raise ValueError(f"no page of {r!r} awaits an acknowledgement")
-        if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
+        if (
+            not r.broken
+            and last_emitted is not None
+            and (r.acked_to is None or last_emitted > r.acked_to)
+        ):
             r.acked_to = last_emitted
+        r.pending -= 1
+        r.broken = True
 
     def prefix_free(self) -> bool:
         """Whether nobody reads the range that holds the prefix back (one left earlier, now
