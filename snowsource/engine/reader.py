@@ -61,16 +61,19 @@ class TableReader:
         client = self._client
         return isinstance(client, SharedSource) and client.saturated()
 
-    async def page(self, after: Position, hi: str, *, backfill: bool = False) -> tuple[Page, int]:
+    async def page(
+        self, after: Position, hi: str, *, backfill: bool = False, count: bool = False
+    ) -> tuple[Page, int]:
         """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with.
 
         ``backfill``: the table is still backfilling, so its pages wait behind streaming
-        tables' pages and derived streams when requests queue (SPEC §15.3)."""
+        tables' pages and derived streams when requests queue (SPEC §15.3). ``count``: the
+        answer also says how many rows match (``Page.total_count``)."""
         limits: list[int] = []
 
         def params() -> dict[str, str]:
             limits.append(self.sizer.size)
-            return page_params(self._spec, after, hi, limits[-1])
+            return page_params(self._spec, after, hi, limits[-1], count=count)
 
         priority = Priority.BACKFILL if backfill else self._priority
         page = await self._request(params, sizing=True, priority=priority)
