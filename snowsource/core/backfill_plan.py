@@ -146,6 +146,8 @@ class BackfillPlan:
     def _range_for(self, reader: int, *, contended: bool) -> SliceRange | None:
         board = self.board
         r = self._reading.get(reader)
+        if r is not None and id(r) in self._failing:
+            return None  # its reader stays with it: it holds the table's failure
         if r is not None and not r.finished and board.should_leave(r):
             if r.pending:
                 return None  # its page in production is acknowledged first

@@ -187,7 +187,11 @@ class Backfill:
         pieces = slices * ranges_per_slice
         spans = split_span(start, hi, pieces)
         if expected_rows is not None and page_rows:
-            pieces = max(1, min(pieces, expected_rows // (page_rows * MIN_PAGES_PER_RANGE)))
+            # Few ranges (each costs about half a request), but small enough that a range per
+            # slice fits in the max-ahead allowance (larger ones hold the slices at the limit).
+            worth = expected_rows // (page_rows * MIN_PAGES_PER_RANGE)
+            fits = -(-expected_rows * slices // max(1, max_ahead))
+            pieces = max(1, min(pieces, max(worth, fits)))
             spans = split_span(start, hi, pieces)
             if first_page_seconds is not None and pieces > 1:
                 density = page_rows / max(1, first_page_seconds)
