@@ -43,6 +43,7 @@ class DaemonRun:
     peak_rss_mib: float
     rss_samples: list[tuple[float, float]]
     emulator_cpu: float  # emulator CPU seconds over ``wall``
+    page_requests: int = 0  # keyset page requests from the first to every row in Kafka
 
 
 def config(
@@ -239,7 +240,9 @@ async def _measure(
         done = time.perf_counter()
         cpu = cpu_seconds(pid) - page_cpu
         _, peak = memory_mib(pid)
-        emulator_cpu = (await _stats(session, control))["cpu"] - emulator_cpu
+        final = await _stats(session, control)
+        emulator_cpu = final["cpu"] - emulator_cpu
+        page_requests = int(final["pages"] - before["pages"])
         if after is not None:
             await after(log_path.stem)
     finally:
@@ -255,4 +258,5 @@ async def _measure(
         peak_rss_mib=peak,
         rss_samples=samples,
         emulator_cpu=emulator_cpu,
+        page_requests=page_requests,
     )

@@ -42,12 +42,18 @@ row before it was in the page.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 from snowsource.core.cursor import Position
-from snowsource.core.timestamps import format_ts, parse_ts
+from snowsource.core.slice_spans import (
+    Span,
+    quantile_spans,
+    seconds_between,
+    shift_ts,
+    split_span,
+)
 
 __all__ = [
     "RANGES_PER_SLICE",
@@ -65,65 +71,17 @@ __all__ = [
 #: enough that a range is many pages.
 RANGES_PER_SLICE = 4
 
+#: Pages a range is cut to hold at least, when the backfill's row count is known: every range
+#: ends with a page that is partly the next range's (or an empty one), so a range of a few pages
+#: costs a share of a request each (SPEC §15.3: at most 1.05 requests per page of rows).
+MIN_PAGES_PER_RANGE = 10
 
-def shift_ts(ts: str, seconds: int) -> str:
-    """``ts`` moved by a whole number of seconds."""
-    return format_ts(parse_ts(ts) + timedelta(seconds=seconds))
+#: Unread pages a range must hold to be split for an idle slice, when the page size is known.
+MIN_SPLIT_PAGES = 4
 
-
-def seconds_between(a: str, b: str) -> int:
-    """Whole seconds from ``a`` to ``b`` (negative when ``b`` is earlier)."""
-    return int((parse_ts(b) - parse_ts(a)).total_seconds())
-
-
-@dataclass(frozen=True)
-class Span:
-    """A half-open range ``[start.ts, end)`` of whole seconds, read from ``start`` on.
-
-    ``start.id`` is empty except for a backfill's first range, which resumes inside its first
-    second at the committed row.
-    """
-
-    start: Position
-    end: str
-
-    def __post_init__(self) -> None:
-        if seconds_between(self.start.ts, self.end) < 1:
-            raise ValueError(f"a range holds at least one second: {self.start.ts} to {self.end}")
-
-    @property
-    def hi(self) -> str:
-        """The last second of the range (``ts <= hi``): the bound of its count of rows hidden
-        by ACLs; its pages ask up to the backfill's ``HI``."""
-        return shift_ts(self.end, -1)
-
-    @property
-    def seconds(self) -> int:
-        """How many seconds the range covers."""
-        return seconds_between(self.start.ts, self.end)
-
-
-def split_span(start: Position, hi: str, pieces: int) -> list[Span]:
-    """``[start, hi]`` as at most ``pieces`` adjacent ranges of nearly equal whole seconds.
-
-    Empty when ``hi`` is before ``start``'s second (nothing to read).
-    """
-    if pieces < 1:
-        raise ValueError(f"a backfill is split into at least one range: {pieces}")
-    total = seconds_between(start.ts, hi) + 1
-    if total < 1:
-        return []
-    pieces = min(pieces, total)
-    spans: list[Span] = []
-    first = start
-    base, extra = divmod(total, pieces)
-    offset = 0
-    for index in range(pieces):
-        offset += base + (1 if index < extra else 0)
-        end = shift_ts(start.ts, offset)
-        spans.append(Span(first, end))
-        first = Position(end, "")
-    return spans
+#: How far before a page's estimated end a split falls: rows are not spread evenly, and a
+#: split just after the end would cost a whole request of the next range's rows.
+SPLIT_MARGIN_PAGES = 0.3
 
 
 @dataclass(frozen=True)
@@ -143,6 +101,7 @@ class SliceRange:
 
     __slots__ = (
         "acked_to",
+        "broken",
         "end",
         "finished",
         "page_seconds",
@@ -167,11 +126,12 @@ class SliceRange:
         self.finished = False  # no more pages: every row of the range was returned
         self.page_seconds: int | None = None  # seconds its last full page spanned (density)
         self.short = False  # its last page was short: little or nothing is left to read
+        self.broken = False  # a page was acknowledged only in part: the prefix never passes it
 
     @property
     def settled(self) -> bool:
         """Read to its end and every record acknowledged."""
-        return self.finished and self.pending == 0
+        return self.finished and self.pending == 0 and not self.broken
 
     @property
     def after(self) -> Position:
@@ -207,6 +167,9 @@ class Backfill:
         max_ahead: int,
         committed: Position | None = None,
         ranges_per_slice: int = RANGES_PER_SLICE,
+        expected_rows: int | None = None,
+        page_rows: int | None = None,
+        first_page_seconds: int | None = None,
     ) -> None:
         if slices < 1:
             raise ValueError(f"a backfill has at least one slice: {slices}")
@@ -216,10 +179,27 @@ class Backfill:
         self.max_ahead = max_ahead
         self.hi = hi
         self._base = committed
-        self.ranges = [
-            SliceRange(span.start, span.end)
-            for span in split_span(start, hi, slices * ranges_per_slice)
-        ]
+        #: Rows the window matched when its first page was read (``X-Total-Count``), if known.
+        self.expected_rows = expected_rows
+        self._page_size = page_rows
+        # Known page size (the engine's boards): a split must save more than it costs.
+        self._split_pages = 2 if page_rows is None else MIN_SPLIT_PAGES
+        pieces = slices * ranges_per_slice
+        spans = split_span(start, hi, pieces)
+        if expected_rows is not None and page_rows:
+            # Few ranges (each costs about half a request), but small enough that a range per
+            # slice fits in the max-ahead allowance (larger ones hold the slices at the limit).
+            worth = expected_rows // (page_rows * MIN_PAGES_PER_RANGE)
+            fits = -(-expected_rows * slices // max(1, max_ahead))
+            pieces = max(1, min(pieces, max(worth, fits)))
+            spans = split_span(start, hi, pieces)
+            if first_page_seconds is not None and pieces > 1:
+                density = page_rows / max(1, first_page_seconds)
+                spans = quantile_spans(start, hi, pieces, expected_rows, density) or spans
+        self.ranges = [SliceRange(span.start, span.end) for span in spans]
+        #: Slices that read at all: no more than the ranges the count made worth their
+        #: requests (an extra slice would only split them again).
+        self.readers = slices if expected_rows is None else min(slices, len(self.ranges))
         self.total_seconds = sum(seconds_between(r.start.ts, r.end) for r in self.ranges)
         self._page_rows: int | None = None  # rows of the last full page any range read
 
@@ -303,9 +283,13 @@ class Backfill:
         hold fewer than two pages is not split — its reader gets there sooner than a new
         request would (each range ends with one page of its own).
         """
+        if self.expected_rows is not None and reader >= self.readers:
+            return None  # a slice the window's count leaves idle
         seconds_a_page = self._seconds_a_page()
         free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
-        candidates = [r for r in self.ranges if _worth_splitting(r, seconds_a_page)]
+        candidates = [
+            r for r in self.ranges if _worth_splitting(r, seconds_a_page, self._split_pages)
+        ]
         if free is not None:
             # A free range further from the prefix than max_ahead rows would only fill the
             # max-ahead allowance and wait: help the ranges before it instead.
@@ -317,13 +301,27 @@ class Backfill:
         victim = max(candidates, key=lambda r: _unread_pages(r, seconds_a_page), default=None)
         if victim is None:
             return None
-        unread = victim.unread_seconds()
-        middle = shift_ts(victim.after.ts, unread // 2)
+        middle = shift_ts(victim.after.ts, self._split_seconds(victim, seconds_a_page))
         stolen = SliceRange(Position(middle, ""), victim.end)
         stolen.reader = reader
         victim.end = middle
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
+
+    def _split_seconds(self, victim: SliceRange, seconds_a_page: float) -> int:
+        """Where ``victim`` is split, in seconds after where its next page starts: at its
+        midpoint; when the page size and the range's density are known, a little before the
+        end of its page nearest the midpoint, so that its reader's last page there is mostly
+        its own (each range ends with a page that crosses into the next: a split at a page's
+        end costs no request, one in a page's middle about half a request)."""
+        half = victim.unread_seconds() // 2
+        if self._page_size is None or victim.page_seconds is None:
+            return half
+        pages = math.floor(_unread_pages(victim, seconds_a_page) / 2)
+        if pages < 1:
+            return half
+        aligned = math.floor((pages - SPLIT_MARGIN_PAGES) * victim.page_seconds)
+        return max(1, min(half, aligned))
 
     def should_leave(self, r: SliceRange) -> bool:
         """Whether ``r``'s reader should stop reading it for now and help nearer the prefix.
@@ -342,7 +340,7 @@ class Backfill:
         if not self._beyond_reach(index, seconds_a_page):
             return False
         before = self.ranges[self._prefix_index() : index]
-        return any(_worth_splitting(x, seconds_a_page) for x in before)
+        return any(_worth_splitting(x, seconds_a_page, self._split_pages) for x in before)
 
     def leave(self, r: SliceRange) -> None:
         """``r``'s reader stops reading it: it is free again, from where its pages ended, for
@@ -418,7 +416,7 @@ class Backfill:
         keep = len(keys)
         while keep and keys[keep - 1][0] >= r.end:
             keep -= 1
-        if keep < len(keys) or not keys:
+        if keep < len(keys) or not keys or self._ends_window(r, keep, limit):
             r.finished = True
         elif len(keys) >= limit:
             # A page inside one second (a burst) says little about the seconds after it: count
@@ -436,6 +434,19 @@ class Backfill:
             r.read_to = Position(*keys[keep - 1])
             r.pending += 1
         return keep
+
+    def _ends_window(self, r: SliceRange, keep: int, limit: int) -> bool:
+        """Whether a page of ``r`` that is neither clipped nor empty ends it all the same:
+        ``r`` is the window's last range (nothing after it to clip at) and the page was short,
+        or every row the window's count announced is read (only on boards that know the count:
+        the engine's, whose sweep after the backfill continues as said). Safe although ACLs may have
+        shortened the page: the sweep after the backfill continues from the last row read
+        (``next_sweep_start``), which is this range's, as one pager's next sweep does after a
+        short page; no empty request of its own then."""
+        expected = self.expected_rows
+        if expected is None or r is not self.ranges[-1]:
+            return False  # without the window's count: only clipped or empty pages end ranges
+        return keep < limit or self.rows_read() + keep >= expected
 
     def _absorb(self, r: SliceRange, upto: str) -> None:
         """Extend ``r`` over the untouched ranges after it, as far as second ``upto``."""
@@ -457,18 +468,26 @@ class Backfill:
         if r.pending < 1:
             raise ValueError(f"no page of {r!r} awaits an acknowledgement")
         r.pending -= 1
+        if r.broken:
+            return  # a later page of a range whose earlier page Kafka refused in part
         if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
             r.acked_to = last_emitted
 
     def partly_acked(self, r: SliceRange, last_emitted: Position | None) -> None:
         """Only the records of ``r``'s oldest unacknowledged page up to ``last_emitted`` (none
         when ``None``) are acknowledged, and the rest never will be (the table restarts or
-        FAILs): the prefix may reach ``last_emitted`` but never passes the page, which stays
-        pending, so ``r`` never settles."""
+        FAILs): the prefix may reach ``last_emitted`` but never passes the page: ``r`` is
+        broken and never settles, and no later ack of ``r`` moves it."""
         if r.pending < 1:
             raise ValueError(f"no page of {r!r} awaits an acknowledgement")
-        if last_emitted is not None and (r.acked_to is None or last_emitted > r.acked_to):
+        if (
+            not r.broken
+            and last_emitted is not None
+            and (r.acked_to is None or last_emitted > r.acked_to)
+        ):
             r.acked_to = last_emitted
+        r.pending -= 1
+        r.broken = True
 
     def prefix_free(self) -> bool:
         """Whether nobody reads the range that holds the prefix back (one left earlier, now
@@ -500,8 +519,10 @@ def _unread_pages(r: SliceRange, seconds_a_page: float) -> float:
     return r.unread_seconds() / spans if spans > 0 else float("inf")
 
 
-def _worth_splitting(r: SliceRange, seconds_a_page: float) -> bool:
-    """Whether handing over half of ``r``'s unread part saves a slice any time."""
+def _worth_splitting(r: SliceRange, seconds_a_page: float, least: float = 2) -> bool:
+    """Whether handing over half of ``r``'s unread part saves a slice any time: it holds at
+    least ``least`` pages (a split costs about half a request: each range ends with a page
+    that is partly the next one's)."""
     if r.finished or r.short or r.unread_seconds() < 2:
         return False
-    return _unread_pages(r, seconds_a_page) >= 2
+    return _unread_pages(r, seconds_a_page) >= least

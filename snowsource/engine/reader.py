@@ -37,15 +37,18 @@ class TableReader:
         reader of this table would only queue behind them."""
         return self._requests.contended()
 
-    async def page(self, after: Position, hi: str, *, backfill: bool = False) -> tuple[Page, int]:
+    async def page(
+        self, after: Position, hi: str, *, backfill: bool = False, count: bool = False
+    ) -> tuple[Page, int]:
         """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with.
 
         ``backfill``: the table is still backfilling, so its pages wait behind streaming
-        tables' pages and derived streams when requests queue (SPEC §15.3)."""
+        tables' pages and derived streams when requests queue (SPEC §15.3). ``count``: the
+        answer also says how many rows match (``Page.total_count``)."""
         spec = self._spec
         return await self._requests.sized(
             spec.name,
-            lambda limit: page_params(spec, after, hi, limit),
+            lambda limit: page_params(spec, after, hi, limit, count=count),
             self.sizer,
             priority=Priority.BACKFILL if backfill else self._priority,
             asking="a page",

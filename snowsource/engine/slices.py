@@ -47,7 +47,7 @@ from snowsource.core.cursor import Position, next_sweep_start
 from snowsource.core.errors import TableFailedError
 from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page, rows_before
-from snowsource.core.slices import Backfill, SliceRange
+from snowsource.core.slices import Backfill, SliceRange, seconds_between
 from snowsource.core.table import TableSpec
 from snowsource.core.tableapi import Page
 from snowsource.engine import failures
@@ -137,7 +137,16 @@ class SlicedBackfill:
         self._unclaimed = False  # the window's first page holds a page slot no slice took yet
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
 
-    def _board(self, start: Position, hi: str) -> Backfill:
+    def _board(
+        self,
+        start: Position,
+        hi: str,
+        expected: int | None = None,
+        page: tuple[int, int | None] = (0, None),
+    ) -> Backfill:
+        """The board; ``expected`` rows in the window (its first page's count) and that page's
+        size say how many ranges are worth their requests, and the seconds it spanned (when
+        full) where to cut them."""
         spec = self._spec
         return Backfill(
             start,
@@ -145,6 +154,9 @@ class SlicedBackfill:
             slices=spec.backfill_slices,
             max_ahead=spec.backfill_max_ahead_rows,
             committed=self._committed,
+            expected_rows=expected,
+            page_rows=page[0] or None,
+            first_page_seconds=page[1],
         )
 
     async def run(self) -> Position | None:
@@ -182,24 +194,40 @@ class SlicedBackfill:
         ACLs): the ranges then cover the whole window and each range's reader checks its own.
         """
         start, hi = self._start, self.board.hi
-        page, limit = await self._fetch(start, hi)  # its page slot is ours from here on
+        # Counted: how many rows the window holds says how many ranges are worth a request.
+        page, limit = await self._fetch(start, hi, count=True)  # its page slot is ours now
         try:
             if not page.rows:
                 self._release()
                 return None
-            ts, _ = page_positions(
-                self._spec, self._tools.hooks.shaper, page.rows[:1], after=start, hi=hi,
-                previous=None,
-            )[0]  # fmt: skip
+            ts = self._row_ts(page.rows[0])
+            assert ts is not None, "the first row's failure was raised"
         except BaseException:
             self._release()
             raise
-        if ts > start.ts:
-            self.board = self._board(Position(ts, ""), hi)
+        if ts > start.ts or page.total_count is not None:
+            first_row = Position(ts, "") if ts > start.ts else start
+            last_ts = self._row_ts(page.rows[-1], fails=False) if len(page.rows) >= limit else None
+            spanned = seconds_between(ts, last_ts) if last_ts is not None else None
+            self.board = self._board(first_row, hi, page.total_count, (limit, spanned))
         r = self.board.take(0)
         assert r is self.board.ranges[0], "nothing is read before the first range"
         self.board.reserve(r, limit)
         return r, _Fetched(page, limit, start, r.hi, hi, limit)
+
+    def _row_ts(self, row: dict[str, Any], *, fails: bool = True) -> str | None:
+        """A row's timestamp in the window; ``None`` for a bad row when it must not ``fail``
+        the table here (its range's reader meets it in order)."""
+        try:
+            positions = page_positions(
+                self._spec, self._tools.hooks.shaper, [row], after=self._start, hi=self.board.hi,
+                previous=None,
+            )  # fmt: skip
+        except TableFailedError:
+            if fails:
+                raise
+            return None
+        return positions[0][0]
 
     # ------------------------------------------------------------------ one slice
 
@@ -434,12 +462,12 @@ class SlicedBackfill:
             await self._next_page()
         return True
 
-    async def _fetch(self, after: Position, hi: str) -> tuple[Page, int]:
+    async def _fetch(self, after: Position, hi: str, *, count: bool = False) -> tuple[Page, int]:
         """A page, once the page budget has room; abandoned at once when stop is requested."""
         tools = self._tools
         if tools.pages is not None:
             await tools.pages.acquire(self._spec.alias)
-        fetch = asyncio.ensure_future(tools.reader.page(after, hi, backfill=True))
+        fetch = asyncio.ensure_future(tools.reader.page(after, hi, backfill=True, count=count))
         arrived = False
         try:
             arrived = await done_before(fetch, tools.stop.event)

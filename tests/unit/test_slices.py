@@ -357,8 +357,24 @@ def test_a_clipped_last_page_acknowledged_in_part_holds_the_prefix_for_good() ->
     b.arrived(second, [(ts(13), "z")], 2)
     b.acked(second, Position(ts(13), "z"))
     assert b.prefix() == Position(ts(1), "a")
-    b.partly_acked(first, None)  # a page Kafka took none of moves nothing
+    assert first.broken
+    assert first.pending == 0  # its page awaits no more acks: it never will be acknowledged
+    with pytest.raises(ValueError, match="no page"):
+        b.partly_acked(first, None)
     assert b.prefix() == Position(ts(1), "a")
+
+
+def test_no_ack_after_a_partial_one_moves_its_range() -> None:
+    b = board(seconds=20, slices=1, ranges_per_slice=1)
+    r = b.take(0)
+    assert r is not None
+    b.reserve(r, 2)
+    b.arrived(r, [(ts(1), "a"), (ts(2), "b")], 2)
+    b.reserve(r, 2)
+    b.arrived(r, [(ts(3), "c")], 2)
+    b.partly_acked(r, None)  # Kafka took none of the first page
+    b.acked(r, Position(ts(3), "c"))  # the next page's, produced meanwhile
+    assert b.prefix() is None, "the prefix passed a refused row"
 
 
 def test_the_prefix_is_free_when_nobody_reads_the_range_holding_it_back() -> None:
