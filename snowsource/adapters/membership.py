@@ -214,6 +214,10 @@ class GroupMembership(AsyncResource):
 
         The join itself (which makes any older duplicate see us) finishes in the background.
         """
+        # The start time orders duplicates (the younger fences the older): it is when this
+        # process joins, not when its membership was built (two daemons built together).
+        self.started_ms = int(time.time() * 1000)
+        self.client_id = client_id_for(self.task_id, self.started_ms)
         kwargs = self._conn.client_kwargs()
         kwargs["client_id"] = self.client_id
         consumer = AIOKafkaConsumer(
