@@ -20,11 +20,17 @@ limit), one per request, so in any interval at most ``rate * length + burst`` re
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 __all__ = ["BudgetStatus", "RateBudget"]
 
 HOUR = 3600.0
+#: A ``Date`` header's resolution: a window's end on the local clock is known to this much.
+DATE_RESOLUTION = 1.0
+# How long request start times are kept: a window's end is known to DATE_RESOLUTION, and an
+# answer naming the next window may come a few seconds after it.
+_RECENT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,8 @@ class RateBudget:
     _window: float | None = field(default=None, init=False)  # X-RateLimit-Reset as sent
     _reset: float | None = field(default=None, init=False)  # when it ends, on our clock
     _used: int = field(default=0, init=False)  # sent in the header window ending at _reset
-    _after: int = field(default=0, init=False)  # sent since _reset passed: the next window's
+    # When the latest requests started: the ones near a window's end may belong to the next.
+    _recent: deque[float] = field(default_factory=deque, init=False)
     _tokens: float = field(default=0.0, init=False)
     _last: float | None = field(default=None, init=False)
     _waited: float = field(default=0.0, init=False)
@@ -91,8 +98,12 @@ class RateBudget:
         if window != self._window:
             if self._window is not None and window < self._window:
                 return  # a late answer from the window before: ignore it
+            # The old window's end was known to a second at best (its answers' Date headers):
+            # requests sent in its last second may be the new window's already, so they count
+            # there too (counted twice rather than not at all).
+            since = (self._reset if self._reset is not None else now) - DATE_RESOLUTION
+            self._used = sum(1 for started in self._recent if started >= since)
             self._window, self._reset = window, end
-            self._used, self._after = self._after, 0
         elif self._reset is None or end < self._reset:
             self._reset = end
         self._limit = limit
@@ -134,10 +145,11 @@ class RateBudget:
         """One request starts now."""
         self._refill(now)
         self._tokens -= 1
+        self._recent.append(now)
+        while self._recent and self._recent[0] < now - _RECENT_SECONDS:
+            self._recent.popleft()
         if self._reset is not None and now < self._reset:
             self._used += 1
-        else:
-            self._after += 1
 
     def waited(self, seconds: float) -> None:
         """Requests waited ``seconds`` for the budget (for the metrics)."""

@@ -524,11 +524,13 @@ async def test_a_page_hidden_by_row_acls_fails_the_table_instead_of_spinning(
     assert "ACL" in error
     assert "incident" in error
     requests = env.emu.journal.for_table("incident")
-    counts = [r for r in requests if r.params.get("sysparm_no_count") == "false"]
+    counting = [r for r in requests if r.params.get("sysparm_no_count") == "false"]
+    counts = [r for r in counting if r.params["sysparm_limit"] == "1"]
     # One pager asks once, after its full page; each slice asks after a range's first page
     # came back empty (ranges without any row cost one count each).
     assert len(counts) == 1 if slices == 1 else len(counts) >= 1
-    assert all(count.params["sysparm_limit"] == "1" for count in counts)
+    # Besides, a sliced backfill's first page counts the rows its ranges are cut by: once.
+    assert len(counting) - len(counts) == (0 if slices == 1 else 1)
     # probe, full page, empty page, count: no loop (slices: a few such per range, once)
     assert len(requests) <= (5 if slices == 1 else 5 * 4 * 4)
     keys = keys_of(await read_topic(env.bootstrap, env.topic("incident")))

@@ -23,7 +23,7 @@ from tests.integration.engine import caught_up, running, settings_from
 from tests.polling import poll_until
 
 WINDOW = 8  # seconds of emulator time per rate-limit "hour"
-LIMIT = 40  # requests per window
+LIMIT = 60  # requests per window
 HEADROOM = 0.1
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -142,3 +142,14 @@ def test_no_interval_carries_more_than_its_rate_times_length_plus_the_burst(
         assert inside <= rate * length + burst + 1e-6
     # And it is not idle: the budget of the window is (nearly) all spent.
     assert len(starts) >= int(rate * window) - 1
+
+
+def test_requests_of_the_old_windows_last_second_count_in_the_next() -> None:
+    # The old window's end is known to a second (Date headers): what was sent in its last
+    # second may already be counted by the instance in the new window.
+    budget = RateBudget(headroom=0.0, burst=8)
+    budget.observe(100, window=100.0, now=90.0)
+    for started in (98.5, 99.2, 99.6):
+        budget.spend(started)
+    budget.observe(100, window=200.0, now=100.4)
+    assert budget.status(100.4).used_in_window == 2  # 99.2 and 99.6, not 98.5
