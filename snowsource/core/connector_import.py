@@ -430,6 +430,7 @@ def import_connector(data: Any, *, include_secrets: bool = False) -> Imported:
     else:
         _confluent(plain, builder)
     _transforms(config, builder)
+    _raw_values_with_a_schema(builder)
     document = builder.result.document
     if "snow" in document:
         # Key order of the YAML: the instance before its tables, as in the documentation.
@@ -441,6 +442,23 @@ def import_connector(data: Any, *, include_secrets: bool = False) -> Imported:
     first: dict[str, Any] = {k: document[k] for k in ("name", "tasks.max", "snow") if k in document}
     builder.result.document = {**first, **document}
     return builder.result
+
+
+def _raw_values_with_a_schema(builder: _Builder) -> None:
+    """Avro and JSON Schema records carry raw values, so ``display.value: all`` would make the
+    imported file one that refuses to load: it is left out, with a note saying why."""
+    document = builder.result.document
+    if document.get("value.format") not in ("avro", "json_schema"):
+        return
+    tables = document.get("snow", {}).get("tables", {})
+    for alias, table in tables.items():
+        if isinstance(table, dict) and table.get("display.value") == "all":
+            del table["display.value"]
+            builder.result.notes.append(
+                f"table {alias}: display.value all left out: with value.format "
+                f"{document['value.format']} records carry raw values (set value.format: "
+                "string to keep display values)"
+            )
 
 
 def _transforms(config: Mapping[str, Any], builder: _Builder) -> None:

@@ -68,6 +68,30 @@ def test_java_connector_with_an_avro_converter(
     assert settings.schema_registry.url == "http://registry:8081"
 
 
+@pytest.mark.parametrize(
+    "converter",
+    ["io.confluent.connect.avro.AvroConverter", "io.confluent.connect.json.JsonSchemaConverter"],
+)
+def test_display_values_with_a_schema_are_left_out_so_the_file_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], converter: str
+) -> None:
+    """The Java connector's ``display.value: all`` with a registry converter: records with a
+    schema carry raw values, so the import leaves it out and says so (it would not load)."""
+    assert any(k.endswith(".display.value") and v == "all" for k, v in JAVA["config"].items())
+    document = {
+        **JAVA["config"],
+        "value.converter": converter,
+        "value.converter.schema.registry.url": "http://registry:8081",
+    }
+    out = _imported(tmp_path, capsys, document)
+    assert "display.value all left out" in out
+    target = tmp_path / "imported.yaml"
+    target.write_text(out)
+    settings = load_config(target, env=PASSWORD_ENV).settings
+    assert settings.value_format in (ValueFormat.AVRO, ValueFormat.JSON_SCHEMA)
+    assert all(table.display_value != "all" for table in settings.snow.tables.values())
+
+
 def test_a_malformed_user_info_is_commented_without_its_value(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
