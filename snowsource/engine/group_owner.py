@@ -266,11 +266,11 @@ class GroupOwner:
     async def _reconcile(self) -> None:
         if self._lost:
             self._lost = False
-            await self._stop(list(self._units), Deadline.after(self._stop_timeout))
+            await self._release(list(self._units))
         desired = self._desired()
         losing = sorted(a for a in self._units if a not in desired)
         if losing:
-            await self._stop(losing, Deadline.after(self._stop_timeout))
+            await self._release(losing)
         view = self.view
         if view is not None:
             withheld = {a for a, owner in view.owners.items() if owner is None}
@@ -313,6 +313,14 @@ class GroupOwner:
         for stream in runnable:
             # A stream that FAILed as it was built (its topic refused) keeps that state.
             metrics.set_state(stream, TableState.RUNNING.value)
+
+    async def _release(self, aliases: list[str]) -> None:
+        """Stop tables another member now owns: their gauges go with them (the owner's are
+        the ones that count), their counters stay."""
+        streams = [s for a in aliases if a in self._units for s in self._units[a].pollers]
+        await self._stop(aliases, Deadline.after(self._stop_timeout))
+        for stream in streams:
+            metrics.forget_table(stream)
 
     async def _stop(self, aliases: list[str], deadline: Deadline) -> list[str]:
         units = {a: self._units.pop(a) for a in aliases if a in self._units}

@@ -262,3 +262,22 @@ def set_state(table: str, state: str) -> None:
     """Mark ``state`` as the table's current state."""
     for name in STATES:
         TABLE_STATE.labels(table=table, state=name).set(1 if name == state else 0)
+
+
+#: The per-table gauges: a table that stops running here (released to another group member, or
+#: no longer discovered) loses these series, so a sum over members shows only the owner's.
+_TABLE_GAUGES = (LAG_SECONDS, DEDUP_ENTRIES, CONSECUTIVE_FAILURES, BACKFILL_SLICES_ACTIVE,
+                 BACKFILL_ROWS_AHEAD)  # fmt: skip
+
+
+def forget_table(table: str) -> None:
+    """Drop the gauges of a table that no longer runs in this process (counters stay: they
+    only grow, and a rate over them is still right)."""
+    for gauge in _TABLE_GAUGES:
+        gauge.remove(table)
+    for name in PHASES:
+        PHASE.remove(table, name)
+    for name in STATES:
+        TABLE_STATE.remove(table, name)
+    for side in ("instance", "kafka"):
+        RECONCILE_MISSING.remove(table, side)

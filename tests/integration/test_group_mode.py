@@ -242,6 +242,19 @@ async def _status(session: aiohttp.ClientSession, member: Member, name: str) -> 
         return body
 
 
+async def _table_gauges(session: aiohttp.ClientSession, member: Member, alias: str) -> list[str]:
+    """The lines of ``member``'s /metrics that give ``alias``'s state or lag."""
+    async with session.get(f"{member.url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(("snowsource_table_state{", "snowsource_lag_seconds{"))
+        and f'table="{alias}"' in line
+    ]
+
+
 async def _nothing_lost(env: Env) -> bool:
     """Every row's final version is in its table's topic."""
     rows = env.emu.rows("incident")
@@ -337,6 +350,12 @@ async def test_group_shares_tables_fails_over_rebalances_and_hands_over(env: Env
         after = {alias: names[0] for alias, names in group.placement().items()}
         moved = {alias for alias in ALIASES if after[alias] != before[alias]}
         assert moved == wins, (before, after)
+        # A released table's state and lag are the new owner's alone: a sum over members
+        # counts it once.
+        members = {m.name: m for m in (a, b, d)}
+        for alias in moved:
+            assert await _table_gauges(session, members[before[alias]], alias) == []
+            assert await _table_gauges(session, d, alias) != []
         assert len(d.events("tables started")) == 1 or d.running() == wins
 
         # A clean shutdown hands its tables over within 5 s (d's, unless it won none).
