@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.procstat import memory_mib
+from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.sink import RecordSink
 from snowsource.adapters.topic_keys import TopicKeys
 from snowsource.config.models import Settings
@@ -57,6 +58,9 @@ class _Offsets:
     def __init__(self) -> None:
         self.values: dict[bytes, bytes | None] = {}
         self.writes = 0
+
+    def retriable(self, error: BaseException) -> bool:
+        return is_retriable(error)
 
     def get(self, partition: SourcePartition) -> bytes | None:
         return self.values.get(encode_key("bench", partition))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.sink import is_fatal_produce_error
 from snowsource.core.offsets_codec import (
     SourcePartition,
@@ -139,6 +140,9 @@ class FakeStore:
     writes: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     on_write: WriteHook | None = None
     hang: asyncio.Event | None = None  # while set, writes never return
+
+    def retriable(self, error: BaseException) -> bool:
+        return is_retriable(error)  # the adapter's own rule
 
     def get(self, partition: SourcePartition) -> bytes | None:
         return self.data.get(encode_key(self.connector, partition))

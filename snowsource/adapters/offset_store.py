@@ -33,6 +33,7 @@ from snowsource.adapters.kafka import (
     describe_topic_configs,
     existing_topics,
     high_watermarks,
+    is_retriable,
     start_fully,
     stop_client,
 )
@@ -248,6 +249,11 @@ class OffsetStore(AsyncResource):
         # is compacted): what a refused start must not do (create output topics, ask
         # ServiceNow anything) waits for it, not for the rest of the store's start.
         self.allowed = asyncio.Event()
+
+    def retriable(self, error: BaseException) -> bool:
+        """Whether a retry may cure ``error`` (``engine.ports.KafkaErrors``): the one Kafka
+        rule, :func:`~snowsource.adapters.kafka.is_retriable`."""
+        return is_retriable(error)
 
     async def start(self) -> None:
         """Create or verify the topic, start the producer and read the topic to its end."""

@@ -18,6 +18,7 @@ from snowsource.adapters.kafka import (
     close_fully,
     committed_reader,
     existing_topics,
+    is_retriable,
     start_fully,
 )
 from snowsource.core.reconcile import LiveKeys, LiveKeysBuilder
@@ -31,6 +32,11 @@ class TopicKeys:
 
     def __init__(self, conn: KafkaConnection) -> None:
         self._conn = conn
+
+    def retriable(self, error: BaseException) -> bool:
+        """Whether a retry may cure ``error`` (``engine.ports.KafkaErrors``): the one Kafka
+        rule, :func:`~snowsource.adapters.kafka.is_retriable`."""
+        return is_retriable(error)
 
     async def live_keys(self, topic: str, *, instance: str, table: str) -> LiveKeys:
         """:func:`read_live_keys` on this connection."""

@@ -40,6 +40,7 @@ from snowsource.adapters.kafka import (
     committed_reader,
     existing_topics,
     high_watermarks,
+    is_retriable,
     start_fully,
 )
 from snowsource.core.dedup import EmittedRecord, TailResult, digest
@@ -86,6 +87,11 @@ class TopicTail:
 
     def __init__(self, conn: KafkaConnection) -> None:
         self._conn = conn
+
+    def retriable(self, error: BaseException) -> bool:
+        """Whether a retry may cure ``error`` (``engine.ports.KafkaErrors``): the one Kafka
+        rule, :func:`~snowsource.adapters.kafka.is_retriable`."""
+        return is_retriable(error)
 
     async def read_window(
         self,

@@ -29,7 +29,7 @@ import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-from snowsource.adapters.kafka import KafkaConnection
+from snowsource.adapters.kafka import KafkaConnection, is_retriable
 from snowsource.adapters.sink import RecordSink
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike
 from snowsource.runtime.deadline import Deadline
@@ -77,6 +77,16 @@ class TransactionalProducer(AsyncResource):
         self._closed = False
         # When the open transaction began (monotonic), None outside a transaction.
         self.began: float | None = None
+
+    def retriable(self, error: BaseException) -> bool:
+        """Whether a retry may cure ``error`` (``engine.ports.KafkaErrors``): the one Kafka
+        rule, :func:`~snowsource.adapters.kafka.is_retriable`."""
+        return is_retriable(error)
+
+    def fenced(self, error: BaseException) -> bool:
+        """Whether ``error`` says a newer producer with this id fenced this one
+        (:func:`is_fenced`)."""
+        return is_fenced(error)
 
     @property
     def ready(self) -> bool:

@@ -20,7 +20,8 @@
     │   └── SchemaNotFoundError  404 on a look-up (auto.register: false): FAIL naming the subject
     └── FencedError              a newer process with the same task.id took over; exit 1
 
-Kafka's own transient errors are not wrapped: aiokafka's ``KafkaError.retriable`` decides.
+Kafka's own transient errors are not wrapped: aiokafka's ``KafkaError.retriable`` decides, and
+each Kafka port tells the engine so (``engine.ports.KafkaErrors``, ``adapters.kafka.is_retriable``).
 """
 
 from __future__ import annotations

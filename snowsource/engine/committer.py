@@ -2,8 +2,8 @@
 
 ``OffsetWriter`` is the only path by which the engine writes the offsets topic: every write
 (commits, the ``stream`` rewrite, moving a foreign key spelling, adopting a legacy offset) is
-retried on transient Kafka errors, by aiokafka's ``retriable`` flag, and never past the deadline
-it is given.
+retried on transient Kafka errors, as the store tells them (``ports.KafkaErrors``: aiokafka's
+``retriable`` flag), and never past the deadline it is given.
 
 ``Committer`` runs beside a poller generation: records are submitted in cursor order, acks arrive
 in any order, and as soon as the contiguous acknowledged prefix grows its last offset is written.
@@ -19,7 +19,6 @@ from typing import Protocol
 
 import structlog
 
-from snowsource.adapters.kafka import is_retriable
 from snowsource.core.commit import CommitTracker
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_value
 from snowsource.core.retry import RetryPolicy
@@ -70,7 +69,7 @@ class OffsetWriter:
         """
         limit = deadline or Deadline.never()
         async for attempt in retrying(
-            self._policy, stop, limit, retry_if=is_retriable, on_retry=self._warn
+            self._policy, stop, limit, retry_if=self._store.retriable, on_retry=self._warn
         ):
             with attempt:
                 async with limit.limit():
@@ -89,7 +88,7 @@ class OffsetWriter:
         """Tombstone exact key bytes (a foreign spelling), retried like :meth:`write`."""
         limit = deadline or Deadline.never()
         async for attempt in retrying(
-            self._policy, stop, limit, retry_if=is_retriable, on_retry=self._warn
+            self._policy, stop, limit, retry_if=self._store.retriable, on_retry=self._warn
         ):
             with attempt:
                 async with limit.limit():

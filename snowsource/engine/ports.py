@@ -3,6 +3,10 @@
 The real implementations are ``adapters.servicenow.ServiceNowClient``, ``adapters.sink.RecordSink``
 and ``adapters.offset_store.OffsetStore``; tests of the poller's own logic pass in-memory fakes
 (integration tests keep running the real ones against a real broker).
+
+Errors: a ServiceNow port raises ``core.errors`` classes; a Kafka port raises its client's own
+errors and says which of them a retry may cure (:class:`KafkaErrors`), so the engine never
+imports the adapter that knows the Kafka client's error tree.
 """
 
 from __future__ import annotations
@@ -71,7 +75,17 @@ class TopicLookup(Protocol):
     async def deleted(self, topics: Collection[str]) -> dict[str, bool]: ...
 
 
-class OffsetsStore(Protocol):
+class KafkaErrors(Protocol):
+    """A Kafka port's own error rule: whether a retry may cure ``error``, one of its calls'.
+
+    The adapter answers (``adapters.kafka.is_retriable``: aiokafka's ``retriable`` flag, plus
+    its client-side timeout), so the rule lives once, beside the client that raises the errors.
+    """
+
+    def retriable(self, error: BaseException) -> bool: ...
+
+
+class OffsetsStore(KafkaErrors, Protocol):
     """The offsets topic as the poller sees it: read what was loaded, write and delete."""
 
     def get(self, partition: SourcePartition) -> bytes | None: ...

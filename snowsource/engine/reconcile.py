@@ -30,7 +30,6 @@ from typing import Any, Protocol
 import structlog
 from aiokafka.errors import KafkaError
 
-from snowsource.adapters.kafka import is_retriable
 from snowsource.core.cursor import Position
 from snowsource.core.deletes import AUDIT_TABLE, DELETE, OPERATION_HEADER
 from snowsource.core.dictionary import raw
@@ -68,7 +67,7 @@ from snowsource.core.timestamps import format_ts
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.poller import Poller
-from snowsource.engine.ports import OffsetsStore, Sink
+from snowsource.engine.ports import KafkaErrors, OffsetsStore, Sink
 from snowsource.engine.resume import load_offset
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.streams import ReconcileHooks, SweepMark
@@ -80,8 +79,9 @@ from snowsource.runtime.retrying import Attempt, DeadlineExceededError, StoppedE
 _FATAL = (TableFailedError, OffsetError, TableError, AuthError, KafkaSinkError)
 
 
-class LiveKeySource(Protocol):
-    """Reads the keys live in a table's topic (``adapters.topic_keys.TopicKeys``)."""
+class LiveKeySource(KafkaErrors, Protocol):
+    """Reads the keys live in a table's topic (``adapters.topic_keys.TopicKeys``); says which
+    of its errors a retry may cure."""
 
     async def live_keys(self, topic: str, *, instance: str, table: str) -> LiveKeys: ...
 
@@ -311,7 +311,10 @@ class KeySweep:
 
     async def _live_keys(self) -> LiveKeys:
         async for attempt in retrying(
-            self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._keys_retrying
+            self._retry,
+            self._stop.event,
+            retry_if=self._keys.retriable,
+            on_retry=self._keys_retrying,
         ):
             with attempt:
                 live = await self._unless_stopped(

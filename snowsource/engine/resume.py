@@ -25,7 +25,6 @@ from typing import Protocol
 import structlog
 from aiokafka.errors import KafkaError
 
-from snowsource.adapters.kafka import is_retriable
 from snowsource.core.cursor import Position, first_sweep_start
 from snowsource.core.dedup import DedupCache, TailResult
 from snowsource.core.errors import KafkaSinkError, OffsetError, TableFailedError
@@ -33,7 +32,7 @@ from snowsource.core.offsets_codec import SourceOffset, decode_value, encode_val
 from snowsource.core.retry import RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.engine.committer import OffsetWriter
-from snowsource.engine.ports import OffsetsStore
+from snowsource.engine.ports import KafkaErrors, OffsetsStore
 from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.retrying import Attempt, StoppedError, retrying
@@ -45,8 +44,9 @@ SCAN_PER_ENTRY = 4
 MIN_SCAN = 10_000
 
 
-class OutputTail(Protocol):
-    """Reads a table's records of the re-read window back from its output topic."""
+class OutputTail(KafkaErrors, Protocol):
+    """Reads a table's records of the re-read window back from its output topic
+    (``adapters.topic_tail.TopicTail``); says which of its errors a retry may cure."""
 
     async def read_window(
         self,
@@ -246,7 +246,7 @@ async def _read_back(
         )
 
     try:
-        async for attempt in retrying(retry, stop, retry_if=is_retriable, on_retry=warn):
+        async for attempt in retrying(retry, stop, retry_if=tail.retriable, on_retry=warn):
             with attempt:
                 return await _unless_stopped(
                     tail.read_window(

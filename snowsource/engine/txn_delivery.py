@@ -32,8 +32,6 @@ from typing import Any, Protocol
 import structlog
 from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
-from snowsource.adapters.kafka import is_retriable
-from snowsource.adapters.txn_producer import TransactionalProducer, is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, encode_key, encode_value
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
@@ -48,7 +46,7 @@ from snowsource.engine.delivery import (
     RecordHeaders,
     TableDelivery,
 )
-from snowsource.engine.ports import Sink
+from snowsource.engine.ports import KafkaErrors, Sink
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
@@ -77,8 +75,9 @@ class TransactionFailedError(KafkaError):  # type: ignore[misc]
     retriable = True
 
 
-class TxnProducer(Sink, Protocol):
-    """What a transactional delivery needs of its producer (``adapters.txn_producer``)."""
+class TxnProducer(Sink, KafkaErrors, Protocol):
+    """What a transactional delivery needs of its producer (``adapters.txn_producer``),
+    whose errors it also classifies: retriable (:class:`KafkaErrors`) and fenced."""
 
     transactional_id: str
     transaction_timeout: float
@@ -96,6 +95,12 @@ class TxnProducer(Sink, Protocol):
     def age(self) -> float: ...
 
     def discard(self) -> None: ...
+
+    def fenced(self, error: BaseException) -> bool:
+        """True for Kafka's answer to a producer whose epoch a newer one bumped."""
+        ...
+
+    async def close(self, deadline: Deadline | None = None) -> None: ...
 
 
 class OffsetsTopic(Protocol):
@@ -194,8 +199,12 @@ class TransactionalDelivery:
         if self._stalled:
             await self._confirm_owner()
         try:
+            # The producer's rule judges the offsets store's load too: one Kafka client's errors.
             async for attempt in retrying(
-                self._retry, self._stop.event, retry_if=is_retriable, on_retry=self._warn
+                self._retry,
+                self._stop.event,
+                retry_if=self._producer.retriable,
+                on_retry=self._warn,
             ):
                 with attempt:
                     await self._unless_stopped(self._open_and_load())
@@ -255,7 +264,7 @@ class TransactionalDelivery:
         limit = deadline or Deadline.never()
         # Not on the stop event: the drain's final write must still happen, within ``limit``.
         async for attempt in retrying(
-            self._retry, None, limit, retry_if=is_retriable, on_retry=self._warn
+            self._retry, None, limit, retry_if=self._producer.retriable, on_retry=self._warn
         ):
             with attempt:
                 async with self._lock:
@@ -362,7 +371,7 @@ class TransactionalDelivery:
         """Abort; a fence or a refusal of the transactional id fails the table instead."""
         # A transaction the broker timed out bumps the epoch too: only a young one was fenced.
         stalled = self._producer.age() >= self._producer.transaction_timeout
-        fenced = is_fenced(error) and not stalled
+        fenced = self._producer.fenced(error) and not stalled
         self._stalled = self._stalled or stalled
         await self._producer.abort(self._stop.deadline.remaining(ABORT_SECONDS))
         if fenced:
@@ -430,7 +439,7 @@ class Deliveries(AsyncResource):
 
     def __init__(
         self,
-        make: Callable[[TableSpec], TransactionalProducer] | None,
+        make: Callable[[TableSpec], TxnProducer] | None,
         *,
         store: OffsetsTopic | None = None,
         retry: RetryPolicy | None = None,
@@ -440,7 +449,7 @@ class Deliveries(AsyncResource):
         self._store = store
         self._retry = retry
         self._others = others
-        self._producers: dict[str, TransactionalProducer] = {}
+        self._producers: dict[str, TxnProducer] = {}
 
     def factory(self, spec: TableSpec) -> DeliveryFactory:
         """The delivery of ``spec``'s stream (the same producer for every generation)."""
@@ -470,7 +479,7 @@ def _transactional(
     sink: Sink,
     stop: StopSignal,
     *,
-    producer: TransactionalProducer,
+    producer: TxnProducer,
     store: OffsetsTopic,
     retry: RetryPolicy,
     others: OthersDescriber | None,

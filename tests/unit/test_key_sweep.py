@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import orjson
 
+from snowsource.adapters.kafka import is_retriable
 from snowsource.core.grants import Priority
 from snowsource.core.offsets_codec import encode_key
 from snowsource.core.reconcile import LiveKeys, LiveKeysBuilder, fresh_sweep, reconcile_spec
@@ -75,6 +76,9 @@ class _Instance:
 @dataclass
 class _Topic:
     live: list[str]
+
+    def retriable(self, error: BaseException) -> bool:
+        return is_retriable(error)  # the adapter's own rule
 
     async def live_keys(self, topic: str, *, instance: str, table: str) -> LiveKeys:
         builder = LiveKeysBuilder()

@@ -34,17 +34,6 @@ ALLOWED: dict[str, set[str]] = {
 API_FORBIDDEN = {"snowsource.adapters", "snowsource.config", "snowsource.engine.wiring"}
 # The engine modules that build adapters from the configuration, and orchestrate them.
 ADAPTER_BUILDERS = {"wiring.py", "supervisor.py"}
-# Engine modules that still import an adapter, each for the reason given; the list only shrinks
-# (a module that no longer needs its entry fails the test until the entry goes).
-ADAPTER_IMPORTS_LEFT = {
-    # aiokafka's retriable flag (plus its client-side timeout) as the one Kafka error rule.
-    "committer.py": {"snowsource.adapters.kafka"},
-    "reconcile.py": {"snowsource.adapters.kafka"},
-    "resume.py": {"snowsource.adapters.kafka"},
-    # The exactly-once delivery drives a transactional producer per table (and tells a fence
-    # by its error).
-    "txn_delivery.py": {"snowsource.adapters.kafka", "snowsource.adapters.txn_producer"},
-}
 #: The longest a product function may be, in lines from ``def`` to its end, its docstring
 #: counted as ruff counts it (PLR0915 counts a docstring as a statement; it counts statements,
 #: which lets a function of long calls grow, hence this rule beside it).
@@ -106,12 +95,25 @@ def test_the_api_imports_no_adapter_config_or_wiring(path: Path) -> None:
     assert not used, f"api/{path.name} imports {sorted(used)}"
 
 
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_imports_are_absolute(path: Path) -> None:
+    """The rules above read absolute imports only: a relative one would slip past them."""
+    relative = [
+        f"{node.module}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert not relative, f"{path.relative_to(PACKAGE)} imports relatively: {relative}"
+
+
 @pytest.mark.parametrize("path", _modules("engine"), ids=lambda p: p.name)
 def test_only_the_wiring_and_the_supervisor_import_adapters(path: Path) -> None:
     if path.name in ADAPTER_BUILDERS:
         return
     used = {name for name in _imports(path) if name.startswith("snowsource.adapters")}
-    assert used == ADAPTER_IMPORTS_LEFT.get(path.name, set()), (
+    assert not used, (
         f"engine/{path.name} imports {sorted(used)}; only engine/wiring.py builds adapters "
         f"(the supervisor orchestrates them): take a port (engine/ports.py) or a value instead"
     )

@@ -18,6 +18,7 @@ import structlog
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 from pydantic import SecretStr
 
+from snowsource.adapters.kafka import is_retriable
 from snowsource.adapters.servicenow import BasicAuth, ServiceNowClient
 from snowsource.core.clock import InstanceClock
 from snowsource.core.dedup import DedupCache, EmittedRecord, TailResult, digest
@@ -54,6 +55,9 @@ class FakeTail:
     hang: bool = False
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     complete: bool = True  # False: the scan cap stopped a partition before the window
+
+    def retriable(self, error: BaseException) -> bool:
+        return is_retriable(error)  # the adapter's own rule
 
     async def read_window(
         self,

@@ -20,6 +20,8 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
+from snowsource.adapters.kafka import is_retriable
+from snowsource.adapters.txn_producer import is_fenced
 from snowsource.core.errors import TableFailedError
 from snowsource.core.offsets_codec import SourcePartition, encode_key, encode_value
 from snowsource.core.outbound import Headers, PageAck, PageRecordLike, RecordFailure
@@ -119,6 +121,15 @@ class FakeProducer:
 
     def age(self) -> float:
         return self.age_seconds
+
+    def retriable(self, error: BaseException) -> bool:
+        return is_retriable(error)  # the adapter's own rules
+
+    def fenced(self, error: BaseException) -> bool:
+        return is_fenced(error)
+
+    async def close(self, deadline: Deadline | None = None) -> None:
+        self.calls.append(("close", None))
 
     def discard(self) -> None:
         self.discarded = True
@@ -358,6 +369,47 @@ async def test_a_transaction_the_broker_timed_out_is_not_taken_for_a_fence() -> 
     assert ack is not None
     assert ack.failure is not None
     assert isinstance(ack.failure.error, TransactionFailedError)
+
+
+@dataclass
+class JudgingProducer(FakeProducer):
+    """A producer with rules of its own: a timeout is a fence, a ``ValueError`` transient."""
+
+    def retriable(self, error: BaseException) -> bool:
+        return isinstance(error, ValueError)
+
+    def fenced(self, error: BaseException) -> bool:
+        return isinstance(error, KafkaTimeoutError)
+
+
+async def test_the_delivery_takes_its_producer_s_word_for_a_fence() -> None:
+    # A timeout is no fence by the Kafka rule: only the producer's own answer makes it one.
+    producer = JudgingProducer(fail={"commit": KafkaTimeoutError()})
+    delivery, store = _delivery(producer)
+    with pytest.raises(TableFencedError):
+        await delivery.deliver_page(_plan())
+    assert store.written == []
+
+
+async def test_a_generation_start_retries_what_its_producer_calls_retriable() -> None:
+    # A ValueError is fatal by the Kafka rule: only the producer's own answer retries it.
+    producer = JudgingProducer()
+    failures = [ValueError("transient, says this producer")]
+
+    async def open_(*, fresh: bool = False) -> None:
+        if failures:
+            raise failures.pop()
+
+    producer.open = open_  # type: ignore[method-assign]
+    delivery, store = _delivery(producer)
+    await delivery.begin_generation()
+    assert (failures, store.loads) == ([], 1)
+    ordinary = FakeProducer()
+    ordinary.open = open_  # type: ignore[method-assign]
+    plain, _ = _delivery(ordinary)
+    failures.append(ValueError("fatal by the Kafka rule"))
+    with pytest.raises(ValueError, match="fatal by the Kafka rule"):
+        await plain.begin_generation()
 
 
 async def test_a_refused_transactional_id_fails_the_table_naming_the_acl() -> None:
