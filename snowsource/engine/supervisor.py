@@ -180,9 +180,7 @@ class Daemon:
                 return
             added: dict[str, list[TableSpec]] = {}
             for name in names:
-                added[name] = stream_specs(
-                    self.settings, name, self.settings.discovered_table(name)
-                )
+                added[name] = self._discovered_streams(name)
             topics = [spec.topic for specs in added.values() for spec in specs]
             self._topic_problems.update(await self._adapters.ensure_topics(topics))
             for name, specs in added.items():
@@ -192,8 +190,10 @@ class Daemon:
                 await self._mode.add(name, specs)
 
     def _discovered_streams(self, name: str) -> list[TableSpec]:
-        """A discovered table's streams (its own, then its derived ones)."""
-        return stream_specs(self.settings, name, self.settings.discovered_table(name))
+        """A discovered table's streams (its own, then its derived ones); a database view reads
+        by the prefixed cursor fields its discovery found."""
+        view = self.discoverer.view_cursor(name) if self.discoverer is not None else None
+        return stream_specs(self.settings, name, self.settings.discovered_table(name, view))
 
     async def remove_discovered(self, names: list[str]) -> None:
         """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
+    Record,
     read_offsets,
     read_topic,
     running,
@@ -83,6 +85,58 @@ async def test_extends_include_exclude_select_exactly_the_expected_tables(env: E
         assert pollers["incident"].spec.topic == env.topic("incident")
     records = await read_topic(env.bootstrap, f"{env.name}.problem")
     assert len({r.key for r in records}) == ROWS
+
+
+def latest(records: list[Record]) -> dict[str, dict[str, Any]]:
+    """The last value of each key."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        assert record.key is not None
+        assert record.value is not None
+        found[record.key.decode()] = json.loads(record.value)
+    return found
+
+
+async def test_views_stream_by_their_base_tables_prefixed_cursor(env: Env) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    emu = env.emu
+    incidents = [
+        emu.insert("incident", {"short_description": f"view {i}", "priority": str(i + 1)})
+        for i in range(3)
+    ]
+    emu.insert("task_sla", {"task": incidents[0]["sys_id"], "stage": "in_progress"})
+    cis = [emu.insert("cmdb_ci", {"name": f"ci {i}"}) for i in range(2)]
+    settings = discover_settings(
+        env,
+        # Typed values need each view's dictionary: its tables' columns under their prefixes.
+        {"include": ["*_view"], "views": True, "template": {"value.format": "typed"}},
+    )
+    views = {"incident_sla_view", "u_ci_view"}
+    async with running(settings) as daemon:
+        await poll_until(lambda: streaming(daemon, views), timeout=60)
+        assert set(daemon.pollers) == views
+        spec = daemon.pollers["incident_sla_view"].spec
+        assert (spec.timestamp_field, spec.id_field) == ("inc_sys_updated_on", "inc_sys_id")
+        assert spec.topic == f"{env.name}.incident_sla_view"
+        assert daemon.pollers["u_ci_view"].spec.id_field == "ci_sys_id"
+        # A later change of the first table's row reaches the view's topic.
+        emu.update("incident", incidents[1]["sys_id"], {"short_description": "changed"})
+        topic = f"{env.name}.incident_sla_view"
+
+        async def changed() -> bool:
+            values = latest(await read_topic(env.bootstrap, topic)).values()
+            return any(v["inc_short_description"] == "changed" for v in values)
+
+        await poll_until(changed, timeout=60, interval=0.5)
+    last = latest(await read_topic(env.bootstrap, topic))
+    # Every row of the view, keyed by its base table's sys_id (one row per incident here).
+    assert set(last) == {r["sys_id"] for r in emu.rows("incident")}
+    first = last[incidents[0]["sys_id"]]
+    assert first["inc_priority"] == 1  # typed by incident's dictionary, under its prefix
+    assert first["sla_stage"] == "in_progress"
+    assert last[incidents[1]["sys_id"]]["sla_sys_id"] in ("", None)  # left join: no SLA
+    ci_keys = set(latest(await read_topic(env.bootstrap, f"{env.name}.u_ci_view")))
+    assert ci_keys == {r["sys_id"] for r in emu.rows("cmdb_ci")} >= {c["sys_id"] for c in cis}
 
 
 async def test_unreadable_skipped_new_table_starts_removed_table_stops(
