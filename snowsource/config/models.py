@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from snowsource.config.discover import DiscoverConfig, view_problem
+from snowsource.config.discover import DiscoverConfig, template_problems, view_problem
 from snowsource.config.fields import (
     INHERITED_BY_TABLES,
     TABLE_NAME_RE,
@@ -650,13 +650,7 @@ class Settings(BaseSettings):
         try:
             self.discovered_table("table")
         except ValidationError as error:
-            raise problems_error(
-                (
-                    ".".join(["snow", "discover", "template", *map(str, e["loc"])]),
-                    e["msg"],
-                )
-                for e in error.errors()
-            ) from None
+            raise problems_error(template_problems(error.errors())) from None
         return self
 
     def discovered_table(self, name: str, view: ViewCursor | None = None) -> TableConfig:

@@ -220,6 +220,37 @@ async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
     assert exit_code(results.values()) == 0
 
 
+async def test_views_without_a_prefix_or_with_a_template_they_cannot_have_are_skipped(
+    env: Env,
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    ci_view = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_ci_view")
+    for row in env.emu.rows("sys_db_view_table"):
+        if row["view"] == ci_view["sys_id"]:
+            env.emu.delete("sys_db_view_table", row["sys_id"])
+
+    async def check(template: dict[str, Any]) -> dict[str, Any]:
+        document = env.document({}, **{"topic.prefix": f"{env.name}."})
+        document["snow"]["discover"] = {"include": ["*_view"], "views": True, "template": template}
+        path = write_config(env.tmp_path / "check.yaml", document)
+        return {r.name: r for r in await run_checks(load_config(path, env={}))}
+
+    results = await check({})
+    assert results["discovery"].detail == "1 readable tables selected: incident_sla_view"
+    skipped = results["table u_ci_view readable"]
+    assert skipped.status == Status.WARN
+    assert skipped.detail.startswith(
+        "SKIPPED: database view u_ci_view: no joined table with a variable prefix in "
+        "sys_db_view_table"
+    )
+    # deletes: audit suits the tables; a view (no audit of its own) is SKIPPED, saying why.
+    results = await check({"deletes": "audit"})
+    assert results["discovery"].status == Status.WARN  # nothing readable selected
+    reason = results["table incident_sla_view readable"].detail
+    assert reason.startswith("SKIPPED: database view incident_sla_view (read by inc_sys_updated_on")
+    assert "snow.discover.template.deletes: audit is not possible" in reason
+
+
 async def test_rest_status_shows_skipped_tables_with_their_reason(env: Env) -> None:
     whole_instance(env.emu, rows=ROWS)
     document = env.document(
