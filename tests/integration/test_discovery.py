@@ -97,7 +97,9 @@ def latest(records: list[Record]) -> dict[str, dict[str, Any]]:
     return found
 
 
-async def test_views_stream_by_their_base_tables_prefixed_cursor(env: Env) -> None:
+async def test_views_stream_by_their_base_tables_prefixed_cursor(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
     whole_instance(env.emu, rows=ROWS)
     emu = env.emu
     incidents = [
@@ -106,12 +108,13 @@ async def test_views_stream_by_their_base_tables_prefixed_cursor(env: Env) -> No
     ]
     emu.insert("task_sla", {"task": incidents[0]["sys_id"], "stage": "in_progress"})
     cis = [emu.insert("cmdb_ci", {"name": f"ci {i}"}) for i in range(2)]
-    settings = discover_settings(
-        env,
-        # Typed values need each view's dictionary: its tables' columns under their prefixes.
-        {"include": ["*_view"], "views": True, "template": {"value.format": "typed"}},
-    )
-    views = {"incident_sla_view", "u_ci_view"}
+    # A view over sys_user carries its password2 column as usr_user_password.
+    emu.create_view("u_user_view", {"usr": "sys_user"})
+    secret = "view-secret-Hunter2"
+    emu.insert("sys_user", {"user_name": "viewer", "user_password": secret})
+    template = {"value.format": "typed", "fields.exclude": ["*_sys_id"]}
+    settings = discover_settings(env, {"include": ["*_view"], "views": True, "template": template})
+    views = {"incident_sla_view", "u_ci_view", "u_user_view"}
     async with running(settings) as daemon:
         await poll_until(lambda: streaming(daemon, views), timeout=60)
         assert set(daemon.pollers) == views
@@ -132,11 +135,20 @@ async def test_views_stream_by_their_base_tables_prefixed_cursor(env: Env) -> No
     # Every row of the view, keyed by its base table's sys_id (one row per incident here).
     assert set(last) == {r["sys_id"] for r in emu.rows("incident")}
     first = last[incidents[0]["sys_id"]]
-    assert first["inc_priority"] == 1  # typed by incident's dictionary, under its prefix
+    # Typed by incident's and task_sla's dictionaries, under their prefixes.
+    assert first["inc_priority"] == 1
     assert first["sla_stage"] == "in_progress"
-    assert last[incidents[1]["sys_id"]]["sla_sys_id"] in ("", None)  # left join: no SLA
+    # "*_sys_id" excludes the joined table's key, never the view's cursor field.
+    assert first["inc_sys_id"] == incidents[0]["sys_id"]
+    assert "sla_sys_id" not in first
     ci_keys = set(latest(await read_topic(env.bootstrap, f"{env.name}.u_ci_view")))
     assert ci_keys == {r["sys_id"] for r in emu.rows("cmdb_ci")} >= {c["sys_id"] for c in cis}
+    # Sensitive columns of a view's tables are excluded like the tables' own.
+    users = await read_topic(env.bootstrap, f"{env.name}.u_user_view")
+    assert {json.loads(r.value or b"{}")["usr_user_name"] for r in users} >= {"viewer", "admin"}
+    assert all(b"usr_user_password" not in (r.value or b"") for r in users)
+    assert all(secret.encode() not in (r.value or b"") for r in users)
+    assert secret not in "".join(capsys.readouterr())
 
 
 async def test_unreadable_skipped_new_table_starts_removed_table_stops(
