@@ -232,6 +232,27 @@ async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
     assert exit_code(results.values()) == 0
 
 
+async def test_a_view_with_several_rows_per_base_row_fails_rather_than_skip_rows(
+    env: Env,
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    incident = env.emu.insert("incident", {"short_description": "two SLAs"})
+    for stage in ("in_progress", "paused"):
+        env.emu.insert("task_sla", {"task": incident["sys_id"], "stage": stage})
+    settings = discover_settings(env, {"include": ["incident_sla_view"], "views": True})
+    async with running(settings) as daemon:
+        await poll_until(
+            lambda: (
+                "incident_sla_view" in daemon.pollers
+                and daemon.pollers["incident_sla_view"].status.state == TableState.FAILED
+            ),
+            timeout=60,
+        )
+        error = daemon.pollers["incident_sla_view"].status.last_error or ""
+    assert "two rows share the cursor key" in error
+    assert "inc_sys_id is not unique" in error
+
+
 async def test_views_without_a_prefix_or_with_a_template_they_cannot_have_are_skipped(
     env: Env,
 ) -> None:
