@@ -134,6 +134,7 @@ class Discoverer:
         self._view_problem = view_problem
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._asked: set[str] = set()
         self.state = DiscoveryState()
         self.discovered = asyncio.Condition()
 
@@ -143,6 +144,14 @@ class Discoverer:
             name: TableStatus(state=TableState.SKIPPED, last_error=reason)
             for name, reason in self.state.skipped.items()
         }
+
+    def ask(self, name: str) -> None:
+        """The group gave this member ``name``, which another member's discovery found: discover
+        now (once per name), so that this member reads it as its own discovery says (a view by
+        its prefixed cursor fields, and only once its probe said it is readable)."""
+        if name not in self._asked:
+            self._asked.add(name)
+            self.wake()
 
     def view_cursor(self, name: str) -> ViewCursor | None:
         """The cursor fields of ``name`` when discovery found it is a database view."""

@@ -150,7 +150,7 @@ class Daemon:
                 stop_timeout=self.settings.shutdown_timeout_seconds,
                 join=self._join,
                 on_members=self._share_budget,
-                resolve=self._discovered_streams,
+                resolve=self._resolve_discovered,
             )
             return GroupTables(owner)
         self._membership = self._adapters.static_membership(self._fenced)
@@ -188,6 +188,16 @@ class Daemon:
                     log.info("table partition", table=spec.alias, topic=spec.topic)
                 self._discovered[name] = specs
                 await self._mode.add(name, specs)
+
+    def _resolve_discovered(self, name: str) -> list[TableSpec] | None:
+        """The streams of a table the group gives this member that only another member's
+        discovery found so far: None (it waits here) until this member's own discovery, asked
+        now, selects and probes it; only that discovery knows whether it is a view and by which
+        prefixed fields it reads. Without discovery here: the template's settings."""
+        if self.discoverer is None:
+            return self._discovered_streams(name)
+        self.discoverer.ask(name)
+        return None
 
     def _discovered_streams(self, name: str) -> list[TableSpec]:
         """A discovered table's streams (its own, then its derived ones); a database view reads
