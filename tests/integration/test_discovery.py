@@ -149,6 +149,16 @@ async def test_views_stream_by_their_base_tables_prefixed_cursor(
     assert all(b"usr_user_password" not in (r.value or b"") for r in users)
     assert all(secret.encode() not in (r.value or b"") for r in users)
     assert secret not in "".join(capsys.readouterr())
+    # `offsets list` reads the views by the same prefixed fields: their offsets are theirs,
+    # not orphaned (the source partition names the prefixed timestamp field).
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["*_view"], "views": True, "template": template}
+    path = write_config(env.tmp_path / "offsets.yaml", document)
+    assert await offsets_amain(["list", "--config", str(path)]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    for name in views:
+        assert [name, name] in [line[:2] for line in lines], lines
+    assert not [line for line in lines if line[:1] == ["orphaned"]], lines
 
 
 async def test_unreadable_skipped_new_table_starts_removed_table_stops(
