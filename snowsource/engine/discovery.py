@@ -168,11 +168,13 @@ class Discoverer:
     async def run(self) -> None:
         """Discover now, then every ``interval.seconds`` until stopped."""
         while not self._stop.is_set():
+            # Cleared before, not after: a wake during this discovery (a member asking about a
+            # table it may have missed) runs the next one at once.
+            self._wake.clear()
             try:
                 await self.discover_once()
             except StoppedError:
                 return
-            self._wake.clear()
             waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._wake)]
             try:
                 await asyncio.wait(
