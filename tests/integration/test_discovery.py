@@ -115,9 +115,15 @@ async def test_views_stream_by_their_base_tables_prefixed_cursor(
     template = {"value.format": "typed", "fields.exclude": ["*_sys_id"]}
     settings = discover_settings(env, {"include": ["*_view"], "views": True, "template": template})
     views = {"incident_sla_view", "u_ci_view", "u_user_view"}
+    view_tables: list[Request] = []
+    emu.on_request(lambda r: view_tables.append(r) if r.table == "sys_db_view_table" else None)
     async with running(settings) as daemon:
         await poll_until(lambda: streaming(daemon, views), timeout=60)
         assert set(daemon.pollers) == views
+        # The discovery pages sys_db_view_table once: a page, then the empty page that ends it
+        # (ACLs shorten pages: only an empty one ends the keyset). Dictionary reads ask by view.
+        discovery_reads = [r for r in view_tables if "view=" not in r.params["sysparm_query"]]
+        assert [r.rows for r in discovery_reads] == [len(emu.rows("sys_db_view_table")), 0]
         spec = daemon.pollers["incident_sla_view"].spec
         assert (spec.timestamp_field, spec.id_field) == ("inc_sys_updated_on", "inc_sys_id")
         assert spec.topic == f"{env.name}.incident_sla_view"
@@ -168,7 +174,7 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(
     asked: list[str] = []
 
     def seen(request: Request) -> None:
-        if request.table in (FORBIDDEN, ACL_EMPTY):
+        if request.table in (FORBIDDEN, ACL_EMPTY, "sys_db_view_table"):
             asked.append(request.table)
 
     env.emu.on_request(seen)
@@ -202,6 +208,7 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(
         discoveries = discoverer.state.discoveries
         assert 0 < asked.count(FORBIDDEN) <= discoveries + 1
         assert 0 < asked.count(ACL_EMPTY) <= discoveries + 1
+        assert "sys_db_view_table" not in asked  # views: false asks nothing about views
 
         # A table no longer in sys_db_object stops; the others run on undisturbed.
         row = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_badge")
