@@ -12,7 +12,7 @@ from typing import Final
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.models import Settings
-from snowsource.engine.discovery import Collected, Discoverer
+from snowsource.engine.discovery import Collected, settings_discoverer
 from snowsource.engine.wiring import snow_retry
 
 __all__ = ["discovery_checks"]
@@ -34,13 +34,8 @@ async def discovery_checks(client: ServiceNowClient, settings: Settings) -> list
     if config is None:
         return []
     target = Collected()
-    discoverer = Discoverer(
-        config,
-        client=lambda: client,
-        retry=snow_retry(settings),
-        target=target,
-        explicit=[table.name for table in settings.tables.values()],
-        probe_limit=settings.discovered_table("table").batch_size,
+    discoverer = settings_discoverer(
+        settings, client=lambda: client, retry=snow_retry(settings), target=target
     )
     await discoverer.discover_once()
     state = discoverer.state

@@ -26,7 +26,7 @@ from snowsource.config.models import Settings
 from snowsource.core.errors import OffsetError, SnowsourceError
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition, StoredEntry, encode_key
 from snowsource.core.table import TableSpec
-from snowsource.engine.discovery import Collected, Discoverer
+from snowsource.engine.discovery import Collected, settings_discoverer
 from snowsource.engine.table_specs import connector_specs, stream_specs
 from snowsource.engine.wiring import kafka_connection, snow_client, snow_retry
 
@@ -107,13 +107,8 @@ async def add_discovered(ctx: Context) -> None:
     if discover is None:
         return
     target = Collected()
-    discoverer = Discoverer(
-        discover,
-        client=lambda: client,
-        retry=snow_retry(settings),
-        target=target,
-        explicit=[table.name for table in settings.tables.values()],
-        probe_limit=settings.discovered_table("table").batch_size,
+    discoverer = settings_discoverer(
+        settings, client=lambda: client, retry=snow_retry(settings), target=target
     )
     try:
         async with snow_client(settings) as client:
@@ -128,7 +123,8 @@ async def add_discovered(ctx: Context) -> None:
         ctx.warn("snow.discover: sys_db_object could not be read; discovered tables unknown")
         return
     for name in sorted({*target.names, *discoverer.state.skipped}):
-        ctx.tables.extend(stream_specs(settings, name, settings.discovered_table(name)))
+        table = settings.discovered_table(name, discoverer.view_cursor(name))
+        ctx.tables.extend(stream_specs(settings, name, table))
 
 
 def timestamp_arg(option: str, value: str, build: Callable[[], SourceOffset]) -> SourceOffset:

@@ -7,14 +7,16 @@ table inherits are known (``config.discovered``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from snowsource.config.fields import PositiveInt, problems_error
+from snowsource.config.fields import PROBLEMS_ERROR, PositiveInt, problems_error
+from snowsource.core.db_views import ViewCursor
 from snowsource.core.discovery import DiscoverRules
 
-__all__ = ["TEMPLATE_FORBIDDEN", "DiscoverConfig"]
+__all__ = ["TEMPLATE_FORBIDDEN", "DiscoverConfig", "template_problems", "view_problem"]
 
 #: The per-table keys a template may not set: every discovered table has its own.
 TEMPLATE_FORBIDDEN: Final = ("name", "topic")
@@ -77,3 +79,28 @@ class DiscoverConfig(BaseModel):
             extends=tuple(self.extends),
             views=self.views,
         )
+
+
+def template_problems(errors: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """pydantic's ``errors`` of a table built from the template as ``(key, message)``, each key
+    under ``snow.discover.template`` (a rule across keys names its own key)."""
+    found: list[tuple[str, str]] = []
+    for error in errors:
+        loc = ["snow", "discover", "template", *map(str, error["loc"])]
+        if error["type"] == PROBLEMS_ERROR:
+            found.extend(
+                (".".join([*loc, key]), message) for key, message in error["ctx"]["problems"]
+            )
+        else:
+            found.append((".".join(loc), error["msg"]))
+    return found
+
+
+def view_problem(name: str, view: ViewCursor, errors: Iterable[Mapping[str, Any]]) -> str:
+    """Why a discovered database view is SKIPPED: the template's settings cannot read it by its
+    prefixed cursor fields (pydantic's ``errors`` of the view's table model)."""
+    found = "; ".join(f"{key}: {message}" for key, message in template_problems(errors))
+    return (
+        f"database view {name} (read by {view.timestamp_field}, {view.id_field}): {found}; "
+        "list it under snow.tables with settings a view can have"
+    )

@@ -9,6 +9,7 @@ paths is ``problems.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
@@ -29,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from snowsource.config.discover import DiscoverConfig
+from snowsource.config.discover import DiscoverConfig, template_problems, view_problem
 from snowsource.config.fields import (
     INHERITED_BY_TABLES,
     TABLE_NAME_RE,
@@ -87,6 +88,7 @@ from snowsource.config.registry import SchemaRegistryConfig, registry_problems
 from snowsource.config.sources import active_sources
 from snowsource.config.streams import table_problems
 from snowsource.core.cursor import parse_ts
+from snowsource.core.db_views import ViewCursor
 from snowsource.core.offsets_codec import instance_from_url
 from snowsource.core.query import normalise_query
 
@@ -611,11 +613,21 @@ class Settings(BaseSettings):
             raise problems_error(clashes)
         return self
 
+    def _with_template(self) -> list[tuple[str, TableConfig]]:
+        """Every table by alias, and the discovered tables' template (a stand-in name) as
+        ``snow.discover.template`` unless ``_template_is_a_table`` refuses it."""
+        found = list(self.snow.tables.items())
+        if self.snow.discover is None:
+            return found
+        with contextlib.suppress(ValidationError):
+            found.append(("snow.discover.template", self.discovered_table("table")))
+        return found
+
     @model_validator(mode="after")
     def _hash_key_when_hashing(self) -> Settings:
         if self.governance.hash_key is not None:
             return self
-        problem = hash_key_problem([a for a, t in self.snow.tables.items() if t.fields_hash])
+        problem = hash_key_problem([a for a, t in self._with_template() if t.fields_hash])
         if problem is not None:
             raise problems_error([(f"governance.{problem[0]}", problem[1])])
         return self
@@ -623,7 +635,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _registry_when_used(self) -> Settings:
         found = registry_problems(
-            self.schema_registry, ((a, t.value_format) for a, t in self.snow.tables.items())
+            self.schema_registry, ((a, t.value_format) for a, t in self._with_template())
         )
         if found:
             raise problems_error(found)
@@ -638,18 +650,13 @@ class Settings(BaseSettings):
         try:
             self.discovered_table("table")
         except ValidationError as error:
-            raise problems_error(
-                (
-                    ".".join(["snow", "discover", "template", *map(str, e["loc"])]),
-                    e["msg"],
-                )
-                for e in error.errors()
-            ) from None
+            raise problems_error(template_problems(error.errors())) from None
         return self
 
-    def discovered_table(self, name: str) -> TableConfig:
+    def discovered_table(self, name: str, view: ViewCursor | None = None) -> TableConfig:
         """A discovered table's settings: the template over the inherited top-level defaults,
-        its alias its name and its topic ``{topic.prefix}{name}``."""
+        its alias its name and its topic ``{topic.prefix}{name}``; a database view's cursor
+        fields are ``view``'s (its base table's, prefixed: SPEC §15.2)."""
         discover = self.snow.discover
         template = discover.template if discover is not None else {}
         data: dict[str, Any] = {
@@ -657,7 +664,18 @@ class Settings(BaseSettings):
         }
         data.update(template)
         data.update(name=name, topic=f"{self.topic_prefix}{name}")
+        if view is not None:
+            data.update({"timestamp.field": view.timestamp_field, "id.field": view.id_field})
         return TableConfig.model_validate(data).model_copy(update={"alias": name})
+
+    def discovered_view_problem(self, name: str, view: ViewCursor) -> str | None:
+        """Why the template cannot read the database view ``name`` by ``view``'s cursor fields
+        (``deletes``, ``journal`` or governance of a prefixed cursor field), or None."""
+        try:
+            self.discovered_table(name, view)
+        except ValidationError as error:
+            return view_problem(name, view, error.errors())
+        return None
 
     @property
     def tables(self) -> dict[str, TableConfig]:

@@ -20,7 +20,8 @@ from snowsource.core.errors import TableFailedError
 
 Row = Mapping[str, Any]
 
-DB_OBJECT_FIELDS = ("sys_id", "name", "super_class")
+# sys_class_name: a database view's row says sys_db_view (its columns are its tables').
+DB_OBJECT_FIELDS = ("sys_id", "name", "super_class", "sys_class_name")
 DICTIONARY_FIELDS = ("name", "element", "internal_type", "active")
 
 

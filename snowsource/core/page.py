@@ -148,6 +148,16 @@ def page_positions(
     valid_dates: set[str] = set()
     for row in rows:
         key = _row_key(spec, shaper, row, valid_dates)
+        if key == prev:
+            # Not a misordered instance: the id is not unique (a view that joins several rows
+            # to one row of its base table). Keyset paging would skip the repeats.
+            raise TableFailedError(
+                f"{spec.describe}: two rows share the cursor key {key[0]}/{key[1]}: "
+                f"{spec.id_field} is not unique (a database view that joins several rows to one "
+                "row of its base table?); read such a view by a table with one row per view "
+                "row: list it under snow.tables with that table's prefixed timestamp.field "
+                "and id.field"
+            )
         if (
             (prev is not None and key <= prev)
             or key[0] > hi

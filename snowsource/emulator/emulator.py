@@ -295,14 +295,28 @@ class Emulator(RowWrites, AccessRules, CompletenessData):
             name, prefixes, join, self.tables, left_join=left_join, max_records=max_records
         )
         self.views[name] = view
-        # A view is a sys_db_object row too, of class sys_db_view (discovery leaves it out).
+        # A view is a sys_db_object row too, of class sys_db_view (discovery leaves it out
+        # unless views: true), and one sys_db_view_table row per joined table, in join order.
         when = self.clock.now() - timedelta(days=1)
-        self.insert(
+        row = self.insert(
             "sys_db_object",
             {"name": name, "label": name, "sys_class_name": "sys_db_view"},
             at=when,
             visible_at=when,
         )
+        for position, (prefix, table) in enumerate(view.prefixes, start=1):
+            self.insert(
+                "sys_db_view_table",
+                {
+                    "view": row["sys_id"],
+                    "table": table,
+                    "variable_prefix": prefix,
+                    "order": str(100 * position),
+                    "left_join": "true" if left_join and position > 1 else "false",
+                },
+                at=when,
+                visible_at=when,
+            )
         return view
 
     def table_def(self, name: str) -> TableDef | None:

@@ -2,8 +2,10 @@
 
 The walk itself is pure (:mod:`snowsource.core.dictionary`); this module does its requests:
 one ``sys_db_object`` row per step up ``super_class``, then the dictionary rows of the whole
-lineage, paged by ``sys_id``. It retries nothing itself but a dictionary page the instance found
-too expensive, asked again at half the size (as table pages are): the daemon hands it its
+lineage, paged by ``sys_id`` (a database view's: its ``sys_db_view_table`` rows, then each
+joined table's columns under its prefix). It retries nothing itself but a dictionary page the
+instance found too expensive, asked again at half the size (as table pages are): the daemon
+hands it its
 stream's request path (``engine.snow_requests.SnowRequests.getter``), which retries each
 request except that one; ``snowsource check`` hands it the client, and a retriable error
 reaches the check. A 403 on either schema table becomes a ``TableError`` naming the read access
@@ -15,6 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
+from snowsource.core.db_views import (
+    VIEW_TABLE,
+    VIEW_TABLE_FIELDS,
+    joined_tables,
+    prefixed_columns,
+)
 from snowsource.core.dictionary import (
     DB_OBJECT_FIELDS,
     DICTIONARY_FIELDS,
@@ -25,6 +33,7 @@ from snowsource.core.dictionary import (
     parent_query,
     raw,
 )
+from snowsource.core.discovery import VIEW_CLASS
 from snowsource.core.errors import ExecutionTimeExceededError, TableError
 from snowsource.core.grants import Priority
 from snowsource.core.tableapi import Page, schema_params
@@ -78,7 +87,12 @@ async def read_columns(
     client: PageGetter, table: str, *, page_size: int = 1000, label: str | None = None
 ) -> dict[str, str]:
     """``element -> internal_type`` for ``table``, inherited columns included; ``label`` is
-    whose requests they are in the HTTP metrics and the session pool (the table's alias)."""
+    whose requests they are in the HTTP metrics and the session pool (the table's alias).
+
+    A database view has no dictionary rows of its own: its columns are those of its joined
+    tables (``sys_db_view_table``), each under its table's prefix (``inc_priority``), so typed
+    values and sensitive columns work on a view as on its tables.
+    """
     objects: list[dict[str, Any]] = []
     query: str | None = db_object_query(table)
     seen: set[str] = set()
@@ -89,21 +103,52 @@ async def read_columns(
         seen.add(str(found[0].get("sys_id")))
         objects.append(found[0])
         query = parent_query(found[0])
+    if objects and raw(objects[0], "sys_class_name") == VIEW_CLASS:
+        return await _view_columns(client, raw(objects[0], "sys_id"), page_size, label)
     chain = lineage(table, objects)
+    rows = await _keyset_rows(
+        client,
+        "sys_dictionary",
+        f"nameIN{','.join(chain)}",
+        ("sys_id", *DICTIONARY_FIELDS),
+        page_size,
+        label=label,
+    )
+    return columns(chain, rows)
+
+
+async def _view_columns(
+    client: PageGetter, view_id: str, page_size: int, label: str | None
+) -> dict[str, str]:
+    """A view's columns: its joined tables' columns, prefixed (``core.db_views``)."""
+    rows = await _keyset_rows(
+        client, VIEW_TABLE, f"view={view_id}", VIEW_TABLE_FIELDS, page_size, label=label
+    )
+    joined = joined_tables(rows)
+    found: dict[str, dict[str, str]] = {}
+    for table in {t.table for t in joined}:
+        found[table] = await read_columns(client, table, page_size=page_size, label=label)
+    return prefixed_columns(joined, found)
+
+
+async def _keyset_rows(
+    client: PageGetter,
+    table: str,
+    base: str,
+    fields: tuple[str, ...],
+    page_size: int,
+    *,
+    label: str | None,
+) -> list[dict[str, Any]]:
+    """Every row of ``table`` matching ``base``, paged by a keyset on ``sys_id`` (``fields``
+    must hold it): schema rows have no other unique order."""
     rows: list[dict[str, Any]] = []
     after = ""
-    base = f"nameIN{','.join(chain)}"
     while True:
-        # Keyset by sys_id: the dictionary rows of a lineage have no other unique order.
         keyset = f"{base}^sys_id>{after}" if after else base
         try:
             page = await _rows(
-                client,
-                "sys_dictionary",
-                f"{keyset}^ORDERBYsys_id",
-                ("sys_id", *DICTIONARY_FIELDS),
-                page_size,
-                label=label,
+                client, table, f"{keyset}^ORDERBYsys_id", fields, page_size, label=label
             )
         except ExecutionTimeExceededError:
             # Too expensive for the instance: the same page at half the size, as table pages
@@ -114,7 +159,7 @@ async def read_columns(
             continue
         rows.extend(page)
         if len(page) < page_size:
-            return columns(chain, rows)
+            return rows
         after = str(page[-1]["sys_id"])
 
 

@@ -21,6 +21,15 @@ import structlog
 from snowsource.config.discover import DiscoverConfig
 from snowsource.config.fields import TasksAssignment
 from snowsource.config.models import Settings
+from snowsource.core.db_views import (
+    VIEW_TABLE,
+    VIEW_TABLE_FIELDS,
+    ViewCursor,
+    base_tables,
+    joined_tables,
+    no_base_reason,
+    view_cursor,
+)
 from snowsource.core.discovery import (
     DbObject,
     db_objects,
@@ -43,6 +52,7 @@ __all__ = [
     "Discoverer",
     "DiscoveryState",
     "DiscoveryTarget",
+    "settings_discoverer",
     "static_discoverer",
     "until_discovered",
 ]
@@ -53,7 +63,8 @@ log = structlog.get_logger("snowsource.engine.discovery")
 DB_OBJECT_PAGE: Final = 1000
 #: Whose turn discovery takes in the session pool (one requester for all of it).
 REQUESTER: Final = "discovery"
-_FIELDS: Final = "sys_id,name,super_class,sys_class_name"
+_FIELDS: Final = ("sys_id", "name", "super_class", "sys_class_name")
+_Rows = list[dict[str, object]]
 
 
 class DiscoveryTarget(Protocol):
@@ -87,6 +98,8 @@ class DiscoveryState:
     discoveries: int = 0
     requests: int = 0
     invalid: tuple[str, ...] = ()
+    # A selected database view's cursor fields: its base table's, prefixed (core.db_views).
+    views: dict[str, ViewCursor] = field(default_factory=dict)
 
 
 class Discoverer:
@@ -102,6 +115,8 @@ class Discoverer:
         explicit: Iterable[str],
         owns: Callable[[str], bool] = lambda name: True,
         probe_limit: int = 1000,
+        cursor_fields: tuple[str, str] = ("sys_updated_on", "sys_id"),
+        view_problem: Callable[[str, ViewCursor], str | None] = lambda name, cursor: None,
     ) -> None:
         self._config = config
         self._client = client
@@ -112,8 +127,14 @@ class Discoverer:
         # The probe asks for a first page as the table would (its batch.size): "no next link"
         # means the same thing then (SPEC §15.2), while only sys_id comes back.
         self._probe_limit = probe_limit
+        # The template's cursor fields, prefixed for a view; a view whose settings cannot work
+        # (the template's deletes or journal need sys_id) is SKIPPED with ``view_problem``'s
+        # reason.
+        self._cursor_fields = cursor_fields
+        self._view_problem = view_problem
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._asked: set[str] = set()
         self.state = DiscoveryState()
         self.discovered = asyncio.Condition()
 
@@ -123,6 +144,18 @@ class Discoverer:
             name: TableStatus(state=TableState.SKIPPED, last_error=reason)
             for name, reason in self.state.skipped.items()
         }
+
+    def ask(self, name: str) -> None:
+        """The group gave this member ``name``, which another member's discovery found: discover
+        now (once per name), so that this member reads it as its own discovery says (a view by
+        its prefixed cursor fields, and only once its probe said it is readable)."""
+        if name not in self._asked:
+            self._asked.add(name)
+            self.wake()
+
+    def view_cursor(self, name: str) -> ViewCursor | None:
+        """The cursor fields of ``name`` when discovery found it is a database view."""
+        return self.state.views.get(name)
 
     def stop(self) -> None:
         """End the loop (shutdown)."""
@@ -135,11 +168,13 @@ class Discoverer:
     async def run(self) -> None:
         """Discover now, then every ``interval.seconds`` until stopped."""
         while not self._stop.is_set():
+            # Cleared before, not after: a wake during this discovery (a member asking about a
+            # table it may have missed) runs the next one at once.
+            self._wake.clear()
             try:
                 await self.discover_once()
             except StoppedError:
                 return
-            self._wake.clear()
             waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._wake)]
             try:
                 await asyncio.wait(
@@ -173,7 +208,8 @@ class Discoverer:
             log.info("tables no longer discovered; stopping them (offsets stay)", tables=gone)
             await self._target.remove_discovered(gone)
             state.running -= set(gone)
-        probe = sorted(set(added) | (set(state.skipped) & wanted))
+        unusable = await self._settle_views(objects, wanted)
+        probe = sorted((set(added) | (set(state.skipped) & wanted)) - unusable)
         readable = [name for name in probe if await self._readable(name)]
         if readable:
             log.info("discovered tables starting", tables=readable)
@@ -184,40 +220,85 @@ class Discoverer:
             self.discovered.notify_all()
 
     async def _db_objects(self) -> list[DbObject] | None:
-        """Every sys_db_object row, paged by a keyset on sys_id (None: it cannot be read)."""
-        found: list[DbObject] = []
+        """Every sys_db_object row (None: it cannot be read)."""
+        rows = await self._all_rows("sys_db_object", _FIELDS)
+        if not isinstance(rows, list):
+            log.error("discovery cannot read sys_db_object; tables stay as they are", error=rows)
+            return None
+        return db_objects(rows)
+
+    async def _settle_views(self, objects: list[DbObject], wanted: set[str]) -> set[str]:
+        """Give each wanted view not yet running its cursor fields from ``sys_db_view_table``
+        (asked only when views are wanted); the views that cannot have them are SKIPPED and
+        returned, not probed."""
+        views = {o.name: o.sys_id for o in objects if o.is_view and o.name in wanted}
+        running = self.state.running
+        pending = {name: view_id for name, view_id in views.items() if name not in running}
+        for name in set(self.state.views) - set(views):
+            del self.state.views[name]  # no longer a wanted view
+        if not pending:
+            return set()
+        rows = await self._all_rows(VIEW_TABLE, VIEW_TABLE_FIELDS)
+        # Unreadable, every pending view lacks its base; the reason says why.
+        failure = "" if isinstance(rows, list) else f" ({rows})"
+        bases = base_tables(joined_tables(rows)) if isinstance(rows, list) else {}
+        unusable: set[str] = set()
+        for name, view_id in pending.items():
+            base = bases.get(view_id)
+            cursor = view_cursor(base, *self._cursor_fields) if base is not None else None
+            reason = (
+                no_base_reason(name) + failure
+                if cursor is None
+                else self._view_problem(name, cursor)
+            )
+            self.state.views.pop(name, None)
+            if reason is not None:
+                self._skip(name, reason)
+                unusable.add(name)
+            elif cursor is not None:
+                self.state.views[name] = cursor
+        return unusable
+
+    async def _all_rows(self, table: str, fields: tuple[str, ...]) -> _Rows | str:
+        """Every row of a schema table, paged by a keyset on sys_id; or why it cannot be read."""
+        found: _Rows = []
         after = ""
         while True:
             query = f"sys_id>{after}^ORDERBYsys_id" if after else "ORDERBYsys_id"
             params = {
                 "sysparm_query": query,
-                "sysparm_fields": _FIELDS,
+                "sysparm_fields": ",".join(fields),
                 "sysparm_limit": str(DB_OBJECT_PAGE),
                 "sysparm_exclude_reference_link": "true",
                 "sysparm_no_count": "true",
                 "sysparm_suppress_pagination_header": "true",
             }
-            answer = await self._get("sys_db_object", params)
+            answer = await self._get(table, params)
             if answer is None or answer[1] is not None:
-                log.error(
-                    "discovery cannot read sys_db_object; tables stay as they are",
-                    error=str(answer[1]) if answer else "client closed",
-                )
-                return None
+                return f"{table} cannot be read: {answer[1] if answer else 'client closed'}"
             page = answer[0]
             if not page:
                 return found
-            found.extend(db_objects(page))
+            found.extend(page)
             last = page[-1].get("sys_id")
             if not isinstance(last, str) or not last or last <= after:
                 return found
             after = last
 
+    def _skip(self, name: str, reason: str) -> None:
+        """``name`` is SKIPPED until the next discovery (WARNed once while it stays so)."""
+        if self.state.skipped.get(name) != reason:
+            log.warning("discovered table SKIPPED", table=name, reason=reason)
+        self.state.skipped[name] = reason
+        metrics.set_state(name, "SKIPPED")
+
     async def _readable(self, name: str) -> bool:
         """Probe ``name`` with its first page (sys_id only); unreadable, it becomes SKIPPED."""
+        view = self.state.views.get(name)
         params = {
             "sysparm_limit": str(self._probe_limit),
-            "sysparm_fields": "sys_id",
+            # A view has no sys_id: its base table's prefixed one.
+            "sysparm_fields": view.id_field if view is not None else "sys_id",
             "sysparm_no_count": "false",
             "sysparm_exclude_reference_link": "true",
         }
@@ -237,10 +318,7 @@ class Discoverer:
         if reason is None:
             self.state.skipped.pop(name, None)
             return True
-        if name not in self.state.skipped:
-            log.warning("discovered table SKIPPED: not readable", table=name, reason=reason)
-        self.state.skipped[name] = reason
-        metrics.set_state(name, "SKIPPED")
+        self._skip(name, reason)
         return False
 
     async def _get(
@@ -281,13 +359,27 @@ def static_discoverer(
     """The discoverer of a process: with ``tasks.assignment: static`` its task runs the
     discovered tables whose name hashes to its ``task.id`` (SPEC §10); in group mode it reports
     every one and the group's plan decides (``adapters.group_protocol``)."""
-    discover = settings.snow.discover
-    assert discover is not None
     group = settings.tasks_assignment == TasksAssignment.GROUP
 
     def owns(name: str) -> bool:
         return group or discovery_owner(name, settings.tasks_max) == settings.task_id
 
+    return settings_discoverer(settings, client=client, retry=retry, target=target, owns=owns)
+
+
+def settings_discoverer(
+    settings: Settings,
+    *,
+    client: Callable[[], InstanceClient | None],
+    retry: RetryPolicy,
+    target: DiscoveryTarget,
+    owns: Callable[[str], bool] = lambda name: True,
+) -> Discoverer:
+    """A discoverer for ``settings`` (the daemon's, ``check``'s and ``offsets``'): its rules,
+    the explicit tables, and the template's page size and cursor fields."""
+    discover = settings.snow.discover
+    assert discover is not None
+    template = settings.discovered_table("table")
     return Discoverer(
         discover,
         client=client,
@@ -295,5 +387,7 @@ def static_discoverer(
         target=target,
         explicit=[table.name for table in settings.tables.values()],
         owns=owns,
-        probe_limit=settings.discovered_table("table").batch_size,
+        probe_limit=template.batch_size,
+        cursor_fields=(template.timestamp_field, template.id_field),
+        view_problem=settings.discovered_view_problem,
     )

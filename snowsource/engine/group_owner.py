@@ -88,12 +88,13 @@ class GroupOwner:
         stop_timeout: float,
         join: JoinGroup,
         on_members: Callable[[int], None] = lambda members: None,
-        resolve: Callable[[str], list[TableSpec]] | None = None,
+        resolve: Callable[[str], list[TableSpec] | None] | None = None,
     ) -> None:
         """``join`` builds this member's group membership around it; ``on_members`` learns how
         many members the group has at each round (they share the ServiceNow rate budget).
         ``resolve`` builds the streams of a discovered table the plan gives this member (any
-        member's discovery may have found it, SPEC §15.2)."""
+        member's discovery may have found it, SPEC §15.2), or None while this member cannot
+        yet (the table waits here, claimed, and is looked at again at the next reconcile)."""
         self.key = member_key(socket.gethostname(), os.getpid(), _now_ms(), uuid.uuid4().hex[:8])
         self.streams: dict[str, list[TableSpec]] = {}
         for spec in specs:
@@ -281,7 +282,7 @@ class GroupOwner:
                 self._claimed -= owed
                 log.info("asking the group for a new round", released=sorted(owed))
                 self.group.request_rejoin()
-        gaining = sorted(a for a in self._desired() if a not in self._units)
+        gaining = sorted(a for a in self._desired() if a not in self._units and self._buildable(a))
         if not gaining or self._closing:
             return
         try:
@@ -302,9 +303,17 @@ class GroupOwner:
             self._start(alias)
         log.info("tables started", tables=gaining, member=self.key)
 
-    def _start(self, alias: str) -> None:
+    def _buildable(self, alias: str) -> bool:
+        """Whether this member knows ``alias``'s streams, resolving a table another member's
+        discovery found (a table it cannot resolve yet waits, claimed, without a reload)."""
         if alias not in self.streams and self._resolve is not None:
-            self.streams[alias] = self._resolve(alias)  # found by another member's discovery
+            specs = self._resolve(alias)
+            if specs is None:
+                return False
+            self.streams[alias] = specs
+        return alias in self.streams
+
+    def _start(self, alias: str) -> None:
         stop = StopSignal(self.group.lease())
         pollers = self._build(self.streams[alias], stop, self._pages)
         runnable = {a: p for a, p in pollers.items() if p.status.state != TableState.FAILED}

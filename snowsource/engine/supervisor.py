@@ -151,7 +151,7 @@ class Daemon:
                 stop_timeout=self.settings.shutdown_timeout_seconds,
                 join=self._join,
                 on_members=self._share_budget,
-                resolve=self._discovered_streams,
+                resolve=self._resolve_discovered,
             )
             return GroupTables(owner)
         self._membership = self._adapters.static_membership(self._fenced)
@@ -181,9 +181,7 @@ class Daemon:
                 return
             added: dict[str, list[TableSpec]] = {}
             for name in names:
-                added[name] = stream_specs(
-                    self.settings, name, self.settings.discovered_table(name)
-                )
+                added[name] = self._discovered_streams(name)
             topics = [spec.topic for specs in added.values() for spec in specs]
             self._topic_problems.update(await self._adapters.ensure_topics(topics))
             for name, specs in added.items():
@@ -192,9 +190,21 @@ class Daemon:
                 self._discovered[name] = specs
                 await self._mode.add(name, specs)
 
+    def _resolve_discovered(self, name: str) -> list[TableSpec] | None:
+        """The streams of a table the group gives this member that only another member's
+        discovery found so far: None (it waits here) until this member's own discovery, asked
+        now, selects and probes it; only that discovery knows whether it is a view and by which
+        prefixed fields it reads. Without discovery here: the template's settings."""
+        if self.discoverer is None:
+            return self._discovered_streams(name)
+        self.discoverer.ask(name)
+        return None
+
     def _discovered_streams(self, name: str) -> list[TableSpec]:
-        """A discovered table's streams (its own, then its derived ones)."""
-        return stream_specs(self.settings, name, self.settings.discovered_table(name))
+        """A discovered table's streams (its own, then its derived ones); a database view reads
+        by the prefixed cursor fields its discovery found."""
+        view = self.discoverer.view_cursor(name) if self.discoverer is not None else None
+        return stream_specs(self.settings, name, self.settings.discovered_table(name, view))
 
     async def remove_discovered(self, names: list[str]) -> None:
         """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""

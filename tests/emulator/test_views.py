@@ -88,3 +88,43 @@ async def test_view_is_read_only_and_tracks_underlying_tables(
     rows, headers = await table(emulator_client, "incident_sla_capped")
     assert len(rows) == 1
     assert headers["X-Total-Count"] == "1"
+
+
+async def test_sys_db_view_table_lists_each_views_tables_and_prefixes(
+    emulator: Emulator, emulator_client: Client
+) -> None:
+    _setup(emulator)
+    objects, _ = await table(
+        emulator_client,
+        "sys_db_object",
+        sysparm_query="name=incident_sla",
+        sysparm_fields="sys_id,sys_class_name",
+    )
+    assert objects == [{"sys_id": objects[0]["sys_id"], "sys_class_name": "sys_db_view"}]
+    rows, _ = await table(
+        emulator_client,
+        "sys_db_view_table",
+        sysparm_query=f"view={objects[0]['sys_id']}^ORDERBYorder",
+        sysparm_fields="view,table,variable_prefix,order,left_join",
+        sysparm_exclude_reference_link="true",
+    )
+    view = objects[0]["sys_id"]
+    assert rows == [
+        {
+            "view": view,
+            "table": "incident",
+            "variable_prefix": "inc",
+            "order": "100",
+            "left_join": "false",
+        },
+        {
+            "view": view,
+            "table": "task_sla",
+            "variable_prefix": "sla",
+            "order": "200",
+            "left_join": "true",
+        },
+    ]
+    # A view has no dictionary rows of its own: its columns are its tables'.
+    entries, _ = await table(emulator_client, "sys_dictionary", sysparm_query="name=incident_sla")
+    assert entries == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import (
+    Record,
     read_offsets,
     read_topic,
     running,
@@ -85,6 +87,86 @@ async def test_extends_include_exclude_select_exactly_the_expected_tables(env: E
     assert len({r.key for r in records}) == ROWS
 
 
+def latest(records: list[Record]) -> dict[str, dict[str, Any]]:
+    """The last value of each key."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        assert record.key is not None
+        assert record.value is not None
+        found[record.key.decode()] = json.loads(record.value)
+    return found
+
+
+async def test_views_stream_by_their_base_tables_prefixed_cursor(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    emu = env.emu
+    incidents = [
+        emu.insert("incident", {"short_description": f"view {i}", "priority": str(i + 1)})
+        for i in range(3)
+    ]
+    emu.insert("task_sla", {"task": incidents[0]["sys_id"], "stage": "in_progress"})
+    cis = [emu.insert("cmdb_ci", {"name": f"ci {i}"}) for i in range(2)]
+    # A view over sys_user carries its password2 column as usr_user_password.
+    emu.create_view("u_user_view", {"usr": "sys_user"})
+    secret = "view-secret-Hunter2"
+    emu.insert("sys_user", {"user_name": "viewer", "user_password": secret})
+    template = {"value.format": "typed", "fields.exclude": ["*_sys_id"]}
+    settings = discover_settings(env, {"include": ["*_view"], "views": True, "template": template})
+    views = {"incident_sla_view", "u_ci_view", "u_user_view"}
+    view_tables: list[Request] = []
+    emu.on_request(lambda r: view_tables.append(r) if r.table == "sys_db_view_table" else None)
+    async with running(settings) as daemon:
+        await poll_until(lambda: streaming(daemon, views), timeout=60)
+        assert set(daemon.pollers) == views
+        # The discovery pages sys_db_view_table once: a page, then the empty page that ends it
+        # (ACLs shorten pages: only an empty one ends the keyset). Dictionary reads ask by view.
+        discovery_reads = [r for r in view_tables if "view=" not in r.params["sysparm_query"]]
+        assert [r.rows for r in discovery_reads] == [len(emu.rows("sys_db_view_table")), 0]
+        spec = daemon.pollers["incident_sla_view"].spec
+        assert (spec.timestamp_field, spec.id_field) == ("inc_sys_updated_on", "inc_sys_id")
+        assert spec.topic == f"{env.name}.incident_sla_view"
+        assert daemon.pollers["u_ci_view"].spec.id_field == "ci_sys_id"
+        # A later change of the first table's row reaches the view's topic.
+        emu.update("incident", incidents[1]["sys_id"], {"short_description": "changed"})
+        topic = f"{env.name}.incident_sla_view"
+
+        async def changed() -> bool:
+            values = latest(await read_topic(env.bootstrap, topic)).values()
+            return any(v["inc_short_description"] == "changed" for v in values)
+
+        await poll_until(changed, timeout=60, interval=0.5)
+    last = latest(await read_topic(env.bootstrap, topic))
+    # Every row of the view, keyed by its base table's sys_id (one row per incident here).
+    assert set(last) == {r["sys_id"] for r in emu.rows("incident")}
+    first = last[incidents[0]["sys_id"]]
+    # Typed by incident's and task_sla's dictionaries, under their prefixes.
+    assert first["inc_priority"] == 1
+    assert first["sla_stage"] == "in_progress"
+    # "*_sys_id" excludes the joined table's key, never the view's cursor field.
+    assert first["inc_sys_id"] == incidents[0]["sys_id"]
+    assert "sla_sys_id" not in first
+    ci_keys = set(latest(await read_topic(env.bootstrap, f"{env.name}.u_ci_view")))
+    assert ci_keys == {r["sys_id"] for r in emu.rows("cmdb_ci")} >= {c["sys_id"] for c in cis}
+    # Sensitive columns of a view's tables are excluded like the tables' own.
+    users = await read_topic(env.bootstrap, f"{env.name}.u_user_view")
+    assert {json.loads(r.value or b"{}")["usr_user_name"] for r in users} >= {"viewer", "admin"}
+    assert all(b"usr_user_password" not in (r.value or b"") for r in users)
+    assert all(secret.encode() not in (r.value or b"") for r in users)
+    assert secret not in "".join(capsys.readouterr())
+    # `offsets list` reads the views by the same prefixed fields: their offsets are theirs,
+    # not orphaned (the source partition names the prefixed timestamp field).
+    document = env.document({}, **{"topic.prefix": f"{env.name}."})
+    document["snow"]["discover"] = {"include": ["*_view"], "views": True, "template": template}
+    path = write_config(env.tmp_path / "offsets.yaml", document)
+    assert await offsets_amain(["list", "--config", str(path)]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    for name in views:
+        assert [name, name] in [line[:2] for line in lines], lines
+    assert not [line for line in lines if line[:1] == ["orphaned"]], lines
+
+
 async def test_unreadable_skipped_new_table_starts_removed_table_stops(
     env: Env, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,7 +174,7 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(
     asked: list[str] = []
 
     def seen(request: Request) -> None:
-        if request.table in (FORBIDDEN, ACL_EMPTY):
+        if request.table in (FORBIDDEN, ACL_EMPTY, "sys_db_view_table"):
             asked.append(request.table)
 
     env.emu.on_request(seen)
@@ -126,6 +208,7 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(
         discoveries = discoverer.state.discoveries
         assert 0 < asked.count(FORBIDDEN) <= discoveries + 1
         assert 0 < asked.count(ACL_EMPTY) <= discoveries + 1
+        assert "sys_db_view_table" not in asked  # views: false asks nothing about views
 
         # A table no longer in sys_db_object stops; the others run on undisturbed.
         row = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_badge")
@@ -164,6 +247,58 @@ async def test_check_lists_the_discovery_and_says_skipped(env: Env) -> None:
         assert skipped.status == Status.WARN
         assert skipped.detail.startswith("SKIPPED: ")
     assert exit_code(results.values()) == 0
+
+
+async def test_a_view_with_several_rows_per_base_row_fails_rather_than_skip_rows(
+    env: Env,
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    incident = env.emu.insert("incident", {"short_description": "two SLAs"})
+    for stage in ("in_progress", "paused"):
+        env.emu.insert("task_sla", {"task": incident["sys_id"], "stage": stage})
+    settings = discover_settings(env, {"include": ["incident_sla_view"], "views": True})
+    async with running(settings) as daemon:
+        await poll_until(
+            lambda: (
+                "incident_sla_view" in daemon.pollers
+                and daemon.pollers["incident_sla_view"].status.state == TableState.FAILED
+            ),
+            timeout=60,
+        )
+        error = daemon.pollers["incident_sla_view"].status.last_error or ""
+    assert "two rows share the cursor key" in error
+    assert "inc_sys_id is not unique" in error
+
+
+async def test_views_without_a_prefix_or_with_a_template_they_cannot_have_are_skipped(
+    env: Env,
+) -> None:
+    whole_instance(env.emu, rows=ROWS)
+    ci_view = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_ci_view")
+    for row in env.emu.rows("sys_db_view_table"):
+        if row["view"] == ci_view["sys_id"]:
+            env.emu.delete("sys_db_view_table", row["sys_id"])
+
+    async def check(template: dict[str, Any]) -> dict[str, Any]:
+        document = env.document({}, **{"topic.prefix": f"{env.name}."})
+        document["snow"]["discover"] = {"include": ["*_view"], "views": True, "template": template}
+        path = write_config(env.tmp_path / "check.yaml", document)
+        return {r.name: r for r in await run_checks(load_config(path, env={}))}
+
+    results = await check({})
+    assert results["discovery"].detail == "1 readable tables selected: incident_sla_view"
+    skipped = results["table u_ci_view readable"]
+    assert skipped.status == Status.WARN
+    assert skipped.detail.startswith(
+        "SKIPPED: database view u_ci_view: no joined table with a variable prefix in "
+        "sys_db_view_table"
+    )
+    # deletes: audit suits the tables; a view (no audit of its own) is SKIPPED, saying why.
+    results = await check({"deletes": "audit"})
+    assert results["discovery"].status == Status.WARN  # nothing readable selected
+    reason = results["table incident_sla_view readable"].detail
+    assert reason.startswith("SKIPPED: database view incident_sla_view (read by inc_sys_updated_on")
+    assert "snow.discover.template.deletes: audit is not possible" in reason
 
 
 async def test_rest_status_shows_skipped_tables_with_their_reason(env: Env) -> None:

@@ -11,6 +11,7 @@ import yaml
 
 from snowsource.config.loader import load_config
 from snowsource.config.models import Settings
+from snowsource.core.db_views import ViewCursor
 from snowsource.core.discovery import DiscoverRules
 from snowsource.core.errors import ConfigError
 
@@ -89,3 +90,59 @@ def test_a_single_glob_is_a_list_of_one(tmp_path: Path) -> None:
     discover = _load(tmp_path, _with(include="u_*")).snow.discover
     assert discover is not None
     assert discover.include == ["u_*"]
+
+
+@pytest.mark.parametrize("value_format", ["avro", "json_schema"])
+def test_a_template_that_registers_needs_the_registry_url(
+    tmp_path: Path, value_format: str
+) -> None:
+    problems = _problems(tmp_path, _with(template={"value.format": value_format}))
+    message = problems["schema.registry.url"]
+    assert "snow.discover.template" in message
+    assert "set it to the registry's" in message  # the fix, as for a table
+    doc = _with(template={"value.format": value_format})
+    doc["schema.registry"] = {"url": "http://registry:8081"}
+    assert _load(tmp_path, doc).discovered_table("problem").value_format.value == value_format
+
+
+def test_a_top_level_format_that_registers_needs_the_url_with_discovery_alone(
+    tmp_path: Path,
+) -> None:
+    doc = _with()
+    doc["value.format"] = "avro"  # no snow.tables: only discovered tables would register
+    assert "snow.discover.template" in _problems(tmp_path, doc)["schema.registry.url"]
+
+
+def test_a_template_that_hashes_needs_the_hash_key(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, _with(template={"fields.hash": ["email"]}))
+    assert "snow.discover.template" in problems["governance.hash.key"]
+
+
+def test_a_discovered_view_reads_by_its_prefixed_cursor_fields(tmp_path: Path) -> None:
+    settings = _load(tmp_path, _with(template={"fields.exclude": ["*_secret"]}))
+    view = ViewCursor("inc_sys_updated_on", "inc_sys_id")
+    table = settings.discovered_table("incident_sla", view)
+    assert (table.timestamp_field, table.id_field) == ("inc_sys_updated_on", "inc_sys_id")
+    assert settings.discovered_view_problem("incident_sla", view) is None
+
+
+@pytest.mark.parametrize(
+    ("template", "key"),
+    [
+        ({"deletes": "audit"}, "snow.discover.template.deletes"),
+        ({"journal": True}, "snow.discover.template.journal"),
+        ({"fields.mask": ["inc_sys_id"]}, "snow.discover.template.fields.mask"),
+    ],
+)
+def test_a_template_a_view_cannot_have_is_the_views_skip_reason(
+    tmp_path: Path, template: dict[str, Any], key: str
+) -> None:
+    # Valid for tables (the config loads); a view, read by inc_sys_id, cannot have it.
+    settings = _load(tmp_path, _with(template=template))
+    reason = settings.discovered_view_problem(
+        "incident_sla", ViewCursor("inc_sys_updated_on", "inc_sys_id")
+    )
+    assert reason is not None
+    assert reason.startswith("database view incident_sla (read by inc_sys_updated_on, inc_sys_id)")
+    assert key in reason
+    assert reason.endswith("list it under snow.tables with settings a view can have")

@@ -46,7 +46,7 @@ class _Poller:
 
 
 class _World:
-    def __init__(self) -> None:
+    def __init__(self, resolve: Callable[[str], list[TableSpec] | None] | None = None) -> None:
         self.rejoins = 0
         self.reloads = 0
         self.started: list[str] = []
@@ -62,6 +62,7 @@ class _World:
             page_slots=4,
             stop_timeout=5,
             join=lambda owner: self,
+            resolve=resolve,
         )
 
     def build(
@@ -170,3 +171,32 @@ async def test_operator_stop_keeps_tables_stopped_until_resume() -> None:
     assert world.owner.running() == set()
     assert world.owner.pollers == {}
     assert world.crashes == []
+
+
+async def test_a_table_only_another_members_discovery_found_waits_until_it_resolves() -> None:
+    # Only this member's own discovery can say how to read a discovered table (a view reads
+    # by prefixed cursor fields): until then it waits, claimed, and costs no offsets reload.
+    known: set[str] = set()
+    asked: list[str] = []
+
+    def resolve(alias: str) -> list[TableSpec] | None:
+        asked.append(alias)
+        return cast("list[TableSpec]", [_Spec(alias)]) if alias in known else None
+
+    world = _World(resolve)
+    await world.owner.enable()
+    me = world.owner.key
+    view = GroupView(
+        owners={"a": me, "found_elsewhere": me},
+        members={me: MemberReport("me:1", ())},
+    )
+    world.owner.on_view(view)
+    await _settle(world, {"a"})
+    assert "found_elsewhere" in asked
+    assert world.owner.running() == {"a", "found_elsewhere"}  # claimed while it waits
+    reloads = world.reloads
+    known.add("found_elsewhere")
+    world.owner.on_view(view)
+    await _settle(world, {"a", "found_elsewhere"})
+    assert world.reloads == reloads + 1
+    await world.owner.stop_all(Deadline.after(5), closing=True)

@@ -101,7 +101,7 @@ def test_rows_below_the_late_floor_are_not_counted_late() -> None:
     ("rows", "fragment"),
     [
         ([row("2026-09-29 07:00:02", "b"), row("2026-09-29 07:00:01", "a")], "out of cursor order"),
-        ([row("2026-09-29 07:00:01", "a"), row("2026-09-29 07:00:01", "a")], "out of cursor order"),
+        ([row("2026-09-29 07:00:01", "a"), row("2026-09-29 07:00:01", "a")], "is not unique"),
         ([row("2026-09-29 08:00:01", "a")], "out of cursor order"),  # above HI
         ([row("2026-09-29 06:59:59", "a")], "out of cursor order"),  # before the window
         ([row("2026-09-29 07:00:01", "")], "has no 'sys_id' value"),
