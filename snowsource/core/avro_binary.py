@@ -13,7 +13,6 @@ decodes them.
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -68,18 +67,6 @@ def _boolean(value: bool) -> bytes:
 
 def _double(value: float) -> bytes:
     return b"\x02" + _DOUBLE(value)
-
-
-@functools.cache
-def low_pairs() -> list[bytes]:
-    """The varint bytes of every 14-bit group pair below the top of a number: entry ``c`` is
-    ``c``'s two 7-bit groups, lowest first, both with bit 7 set (more groups follow).
-
-    With it the low 28 bits of a long are two look-ups (``value_encoding`` writes timestamps
-    so). 16,384 entries, about 1 MB: built on first use, so only a process writing Avro
-    pays for it.
-    """
-    return [bytes(((c & 0x7F) | 0x80, (c >> 7) | 0x80)) for c in range(1 << 14)]
 
 
 def put(kind: str) -> Put:

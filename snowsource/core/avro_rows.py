@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from snowsource.core import avro_binary
+from snowsource.core.avro_timestamps import LOW_28_INLINE, OFFSETS, TimestampWriter
 from snowsource.core.typed import UnparsedValueError
 from snowsource.core.value_schema import Field, FieldType
 
@@ -71,13 +72,39 @@ def _bound() -> dict[str, Any]:
         "REF": [avro_binary.NULL, *head[1:]],
         "Fallback": _FALLBACK,
         "TAIL": avro_binary.EMPTY_MAP,
+        "NULL": avro_binary.NULL,
+        "OFFSETS": OFFSETS,
+        "NOTHING": object(),  # equal to no value
     }
+
+
+def _timestamp_lines(index: int, value: str) -> list[str]:
+    """Set ``b<i>``, a date-time's bytes: null when empty, the row's last date-time's when the
+    same (opened_at and sys_created_on often are), else by its hour's look-up
+    (``avro_timestamps``) inline, else by the writer (``TS``)."""
+    return [
+        f"t = {value}",
+        'if t == "":',
+        f"    b{index} = NULL",
+        "elif t == last:",
+        f"    b{index} = written",
+        "else:",
+        "    h = HOURS.get(t[:13])",
+        "    o = OFFSETS.get(t[13:])",
+        "    if h is None or o is None:",
+        f"        b{index} = written = TS(t)",
+        "    else:",
+        "        n = h[0] + o",
+        f"        b{index} = written = {LOW_28_INLINE} + h[1]",
+        "    last = t",
+    ]
 
 
 def _parts(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
     """The statements before the record's bytes are joined, and the joined parts: a string's
-    UTF-8 bytes are a local (``e<i>``) read twice (for its length, then its bytes); any other
-    field is one look-up of its remembered bytes (``R<i>``)."""
+    UTF-8 bytes are a local (``e<i>``) read twice (for its length, then its bytes), a
+    date-time's bytes a local (``b<i>``); any other field is one look-up of its remembered
+    bytes (``R<i>``)."""
     encodes: list[str] = []
     parts = ["P"]
     for index, field in enumerate(fields):
@@ -86,6 +113,9 @@ def _parts(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
             encodes.append(f"e{index} = {value}.encode()")
             head = "HEAD" if field.type == "string" else "REF"
             parts += [f"{head}[len(e{index})]", f"e{index}"]
+        elif field.type == "timestamp":
+            encodes += _timestamp_lines(index, value)
+            parts.append(f"b{index}")
         else:
             parts.append(f"R{index}[{value}]")
     return encodes, parts
@@ -97,12 +127,15 @@ def compile_encoder(
     *,
     unparsed: bool,
     writer: Callable[[FieldType], Remembered],
+    timestamps: TimestampWriter,
 ) -> RowEncoder:
     """The generated writer of rows of ``fields`` (framed with ``prefix``; the empty
-    ``__unparsed`` map last when ``unparsed``); ``writer(kind)``: a converted kind's texts."""
+    ``__unparsed`` map last when ``unparsed``); ``writer(kind)``: a converted kind's texts
+    (date-times excepted: ``timestamps``)."""
     bound: dict[str, Any] = dict(_bound(), P=prefix)
+    bound.update(HOURS=timestamps.hours, TS=timestamps.write)
     for index, field in enumerate(fields):
-        if field.type not in ("string", "reference"):
+        if field.type not in ("string", "reference", "timestamp"):
             bound[f"R{index}"] = writer(field.type)
     encodes, parts = _parts(fields)
     if unparsed:
@@ -113,6 +146,7 @@ def compile_encoder(
         f"    if len(row) != {len(fields)}:",
         "        return None",
         "    try:",
+        "        last = NOTHING",
         *[f"        {line}" for line in encodes],
         f"        return join(({', '.join(parts)},))",
         "    except Fallback:",

@@ -24,6 +24,7 @@ import orjson
 
 from snowsource.core import avro_binary
 from snowsource.core.avro_rows import Remembered, compile_encoder
+from snowsource.core.avro_timestamps import TimestampWriter
 from snowsource.core.typed import UnparsedValueError, convert_text
 from snowsource.core.value_schema import (
     UNPARSED,
@@ -44,17 +45,8 @@ _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # "hh:mm" -> seconds into the day, "ss" -> seconds: only valid times of day are keys.
 _CLOCK_SECONDS: Final = {f"{h:02}:{m:02}": h * 3600 + m * 60 for h in range(24) for m in range(60)}
 _SECONDS: Final = {f"{s:02}": s for s in range(60)}
-# ":mm:ss" -> the zig-zag of its milliseconds into the hour (2 x 1000 x seconds).
-_HOUR_OFFSETS: Final = {
-    f":{m:02}:{s:02}": 2000 * (m * 60 + s) for m in range(60) for s in range(60)
-}
-_HOUR_SPAN: Final = 2000 * 3600  # zig-zag span of one hour's milliseconds
-_LOW_28: Final = (1 << 28) - 1
 # Date-times remembered per text: nearly all differ, but a row's often repeat one another.
 _RECENT_DATE_TIMES: Final = 256
-# Hours whose date-times are written by look-up (about 200 bytes each); when full, the cache
-# starts again empty.
-_CACHED_HOURS: Final = 4096
 
 Converter = Callable[[str], Any]
 
@@ -145,11 +137,11 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
 @functools.cache
 def kind_writer(kind: FieldType) -> Remembered:
     """The Avro bytes of a converted ``kind``'s raw texts (null for an empty value); one per
-    kind, shared by every table. Date-times (:func:`_timestamp_writer`) are remembered only
+    kind, shared by every table. Date-times (:func:`timestamp_writer`) are remembered only
     briefly: nearly all differ, but a row's often repeat one another (opened_at,
     sys_created_on) and many are empty."""
     if kind == "timestamp":
-        return Remembered(_timestamp_writer(), _RECENT_DATE_TIMES)
+        return Remembered(timestamp_writer().write, _RECENT_DATE_TIMES)
     convert = converter(kind, "avro")
     put = avro_binary.put(kind)
     null = avro_binary.NULL
@@ -161,46 +153,10 @@ def kind_writer(kind: FieldType) -> Remembered:
     return Remembered(write, _CACHED_TEXTS)
 
 
-def _timestamp_writer() -> Callable[[str], bytes]:
-    """A date-time text -> its ``timestamp-millis`` union bytes; raises
-    :class:`UnparsedValueError`.
-
-    Nearly every date-time differs, so nothing is remembered per text; per hour instead
-    (``YYYY-MM-DD hh``): the low 28 bits of the hour's first millisecond's zig-zag varint and
-    the varint of the bits above. A date-time of a remembered hour is then its offset into the
-    hour (``:mm:ss``, looked up too) added to the low bits, written as two 14-bit pairs
-    (``avro_binary.low_pairs``) followed by the hour's high bytes. An hour whose low bits
-    would overflow within it, a date-time before 1970 and any text that is not a valid
-    date-time take the general path (:func:`_epoch_seconds`).
-    """
-    pairs = avro_binary.low_pairs()
-    hours: dict[str, tuple[int, bytes]] = {}
-    join = b"".join
-    one = b"\x02"
-
-    def general(text: str) -> bytes:
-        seconds = _epoch_seconds(text)
-        if seconds is None:
-            return avro_binary.NULL
-        # The zig-zag of the hour's first millisecond (twice it: 1970 on), with a varint above
-        # its low 28 bits that stays the hour's.
-        start = (seconds - seconds % 3600) * 2000
-        if start > _LOW_28 and (start & _LOW_28) + _HOUR_SPAN <= _LOW_28:
-            if len(hours) >= _CACHED_HOURS:
-                hours.clear()
-            hours[text[:13]] = (start & _LOW_28, avro_binary.unsigned(start >> 28))
-        return avro_binary.put("long")(seconds * 1000)
-
-    def encode(text: str) -> bytes:
-        hour = hours.get(text[:13])
-        if hour is not None:
-            offset = _HOUR_OFFSETS.get(text[13:])
-            if offset is not None:
-                low = hour[0] + offset
-                return join((one, pairs[low & 0x3FFF], pairs[low >> 14], hour[1]))
-        return general(text)
-
-    return encode
+@functools.cache
+def timestamp_writer() -> TimestampWriter:
+    """The process's date-time writer (its remembered hours shared by every table)."""
+    return TimestampWriter(_epoch_seconds)
 
 
 def text_of(value: Any) -> str:
@@ -238,7 +194,11 @@ class SchemaWriter:
         # column and, for a converted kind, its writer (None: a string).
         self._fast = (
             compile_encoder(
-                schema.fields, self._prefix, unparsed=schema.unparsed, writer=kind_writer
+                schema.fields,
+                self._prefix,
+                unparsed=schema.unparsed,
+                writer=kind_writer,
+                timestamps=timestamp_writer(),
             )
             if avro
             else None

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snowsource.core.avro_binary import varint
+from snowsource.core.avro_binary import unsigned, varint
 from snowsource.core.avro_rows import RowEncoder, compile_encoder
-from snowsource.core.value_encoding import SchemaWriter, frame, kind_writer
+from snowsource.core.avro_timestamps import LOW_28_INLINE, branch_and_low_28
+from snowsource.core.value_encoding import SchemaWriter, frame, kind_writer, timestamp_writer
 from snowsource.core.value_schema import RecordSchema, avro_schema, derive
 
 TYPES = {
@@ -53,7 +54,13 @@ _ODD = st.one_of(
 
 
 def generated(schema: RecordSchema) -> RowEncoder:
-    return compile_encoder(schema.fields, frame(1), unparsed=schema.unparsed, writer=kind_writer)
+    return compile_encoder(
+        schema.fields,
+        frame(1),
+        unparsed=schema.unparsed,
+        writer=kind_writer,
+        timestamps=timestamp_writer(),
+    )
 
 
 def fastavro_value(schema: RecordSchema, row: dict[str, Any]) -> bytes:
@@ -168,3 +175,10 @@ def test_values_read_back_as_the_typed_row() -> None:
             "sys_updated_on": datetime(2026, 9, 29, 7, 30, 42, tzinfo=UTC),
             "__unparsed": {},
         }
+
+
+@given(st.integers(1 << 28, 1 << 62))
+def test_the_low_28_bits_of_a_long_inline_or_called_are_its_varints(n: int) -> None:
+    expected = b"\x02" + unsigned(n)[:4]
+    assert branch_and_low_28(n) == expected
+    assert eval(LOW_28_INLINE, {}, {"n": n}) == expected
