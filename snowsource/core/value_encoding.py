@@ -23,7 +23,7 @@ from typing import Any, Final
 import orjson
 
 from snowsource.core import avro_binary
-from snowsource.core.avro_rows import Remembered, compile_encoder
+from snowsource.core.avro_rows import Remembered, RowEncoder, compile_encoder
 from snowsource.core.avro_timestamps import TimestampWriter
 from snowsource.core.typed import UnparsedValueError, convert_text
 from snowsource.core.value_schema import (
@@ -192,7 +192,7 @@ class SchemaWriter:
         # Avro: the common row (every column present, every value converting) by a function
         # generated for the schema; any other row by ``_encode_avro``, with per field its
         # column and, for a converted kind, its writer (None: a string).
-        self._fast = (
+        self.common: RowEncoder | None = (
             compile_encoder(
                 schema.fields,
                 self._prefix,
@@ -235,12 +235,18 @@ class SchemaWriter:
 
     def encode(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
         """``(framed value, columns that did not convert)`` for a shaped row."""
-        if self._fast is None:
+        if self.common is not None:
+            value = self.common(row)
+            if value is not None:
+                return value, ()
+        return self.encode_other(row)
+
+    def encode_other(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
+        """:meth:`encode` for a row that :attr:`common` (the writer of Avro's common row,
+        generated for the schema; None for JSON) did not write."""
+        if self.common is None:
             record, failed = self.record(row)
             return b"".join((self._prefix, orjson.dumps(record))), failed
-        value = self._fast(row)
-        if value is not None:
-            return value, ()
         return self._encode_avro(row)
 
     def _encode_avro(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:

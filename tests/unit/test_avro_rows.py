@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from snowsource.core.avro_binary import unsigned, varint
 from snowsource.core.avro_rows import RowEncoder, compile_encoder
 from snowsource.core.avro_timestamps import LOW_28_INLINE, branch_and_low_28
-from snowsource.core.value_encoding import SchemaWriter, frame, kind_writer, timestamp_writer
+from snowsource.core.records import RegisteredShaper
+from snowsource.core.value_encoding import (
+    SchemaWriter,
+    WriterSlot,
+    frame,
+    kind_writer,
+    timestamp_writer,
+)
 from snowsource.core.value_schema import RecordSchema, avro_schema, derive
 
 TYPES = {
@@ -121,7 +128,7 @@ def test_other_rows_are_left_to_the_general_writer(change: dict[str, Any]) -> No
 
 
 def test_a_missing_column_is_left_to_the_general_writer() -> None:
-    row = {column: "" for column in TYPES if column != "due"}
+    row = dict.fromkeys((c for c in TYPES if c != "due"), "")
     assert generated(SCHEMA)(row) is None
     assert SchemaWriter(SCHEMA, 1, "avro").encode(row)[0] == fastavro_value(SCHEMA, row)
 
@@ -182,3 +189,20 @@ def test_the_low_28_bits_of_a_long_inline_or_called_are_its_varints(n: int) -> N
     expected = b"\x02" + unsigned(n)[:4]
     assert branch_and_low_28(n) == expected
     assert eval(LOW_28_INLINE, {}, {"n": n}) == expected
+
+
+def test_the_registered_shaper_writes_common_and_other_rows() -> None:
+    slot = WriterSlot()
+    slot.writer = SchemaWriter(SCHEMA, 1, "avro")
+    shaper = RegisteredShaper(
+        display_value="false",
+        exclude_reference_link=False,
+        timestamp_field="sys_updated_on",
+        id_field="sys_id",
+        slot=slot,
+    )
+    common: dict[str, Any] = dict.fromkeys(TYPES, "") | {"sys_id": "r1"}
+    other = common | {"sys_id": "r2", "priority": "n/a", "caller_id": {"link": "l", "value": "u"}}
+    for row in (common, other):
+        assert shaper.value_bytes(row) == fastavro_value(SCHEMA, row)
+    assert shaper.unparsed == {"r2": ("priority",)}
