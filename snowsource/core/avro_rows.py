@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from snowsource.core import avro_binary
-from snowsource.core.avro_timestamps import LOW_28_INLINE, OFFSETS, TimestampWriter
+from snowsource.core.avro_timestamps import LOW_28_INLINE, TimestampWriter
 from snowsource.core.typed import UnparsedValueError
 from snowsource.core.value_schema import Field, FieldType
 
@@ -73,7 +73,6 @@ def _bound() -> dict[str, Any]:
         "Fallback": _FALLBACK,
         "TAIL": avro_binary.EMPTY_MAP,
         "NULL": avro_binary.NULL,
-        "OFFSETS": OFFSETS,
         "NOTHING": object(),  # equal to no value
     }
 
@@ -133,7 +132,7 @@ def compile_encoder(
     ``__unparsed`` map last when ``unparsed``); ``writer(kind)``: a converted kind's texts
     (date-times excepted: ``timestamps``)."""
     bound: dict[str, Any] = dict(_bound(), P=prefix)
-    bound.update(HOURS=timestamps.hours, TS=timestamps.write)
+    bound.update(HOURS=timestamps.hours, OFFSETS=timestamps.offsets, TS=timestamps.write)
     for index, field in enumerate(fields):
         if field.type not in ("string", "reference", "timestamp"):
             bound[f"R{index}"] = writer(field.type)

@@ -8,20 +8,18 @@ above. A date-time of a known hour is its offset into the hour (``:mm:ss``, look
 to those low bits, written by arithmetic (:func:`branch_and_low_28`; a table of 14-bit pairs
 was no quicker in the daemon, where it is rarely in the CPU's cache) and followed by the
 hour's high bytes: no parsing, no loop. The generated row writer (``avro_rows``) does exactly
-that inline with :attr:`TimestampWriter.hours`, :data:`OFFSETS` and :data:`LOW_28_INLINE`, and
+that inline with :attr:`TimestampWriter.hours`, :func:`offsets` and :data:`LOW_28_INLINE`, and
 calls :meth:`TimestampWriter.write` for anything else.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Final
 
 from snowsource.core import avro_binary
 
-# ":mm:ss" -> the zig-zag of its milliseconds into the hour (2 x 1000 x seconds); only valid
-# minutes and seconds are keys.
-OFFSETS: Final = {f":{m:02}:{s:02}": 2000 * (m * 60 + s) for m in range(60) for s in range(60)}
 _HOUR_SPAN: Final = 2000 * 3600  # the zig-zag span of one hour's milliseconds
 _LOW_28: Final = (1 << 28) - 1
 # Hours remembered (about 200 bytes each); when full, the cache starts again empty: it
@@ -50,6 +48,14 @@ def branch_and_low_28(n: int) -> bytes:
     ).to_bytes(5, "little")
 
 
+@functools.cache
+def offsets() -> dict[str, int]:
+    """``:mm:ss`` -> the zig-zag of its milliseconds into the hour (2 x 1000 x seconds); only
+    valid minutes and seconds are keys. Built on first use (3,600 entries, about 400 kB): only
+    a process writing Avro pays for it."""
+    return {f":{m:02}:{s:02}": 2000 * (m * 60 + s) for m in range(60) for s in range(60)}
+
+
 class TimestampWriter:
     """``YYYY-MM-DD hh:mm:ss`` (UTC) -> ``["null", timestamp-millis]`` bytes (null for an
     empty text). ``epoch_seconds`` parses a text (None for an empty one; raises for one that
@@ -57,13 +63,14 @@ class TimestampWriter:
 
     def __init__(self, epoch_seconds: Callable[[str], int | None]) -> None:
         self.hours: dict[str, Hour] = {}
+        self.offsets = offsets()
         self._epoch_seconds = epoch_seconds
 
     def write(self, text: str) -> bytes:
         """The union bytes of ``text``: looked up when its hour is known, else converted (and
         its hour remembered)."""
         hour = self.hours.get(text[:13])
-        offset = OFFSETS.get(text[13:])
+        offset = self.offsets.get(text[13:])
         if hour is None or offset is None:
             return self._convert(text)
         return branch_and_low_28(hour[0] + offset) + hour[1]
