@@ -5,7 +5,8 @@ Every field of our schemas is a union ``["null", T]`` and the record ends with a
 zig-zag varints: bytes ``00``/``02``) and then ``T``'s encoding. fastavro's generic writer
 resolves each union by inspecting the value and dispatches per field; for the rows of a wide
 table that costs more than everything else the daemon does per row, so values are encoded here
-by functions chosen once per schema. The tests hold the bytes equal to fastavro's for any row
+by functions chosen once per schema (and, for the common row, by code generated per schema:
+``avro_rows``). The tests hold the bytes equal to fastavro's for any row
 (``tests/unit/test_value_schema.py``), and every reader (fastavro, confluent-kafka, Connect)
 decodes them.
 """
@@ -25,9 +26,8 @@ _DOUBLE: Final = struct.Struct("<d").pack
 Put = Callable[[Any], bytes]
 
 
-def varint(n: int) -> bytes:
-    """The zig-zag varint of a long."""
-    n = (n << 1) ^ (n >> 63)
+def unsigned(n: int) -> bytes:
+    """The varint of a non-negative ``n`` (no zig-zag)."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -36,17 +36,29 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+def varint(n: int) -> bytes:
+    """The zig-zag varint of a long."""
+    return unsigned((n << 1) ^ (n >> 63))
+
+
+def string_header(size: int) -> bytes:
+    """Branch 1 and the length of a ``["null", "string"]`` field's ``size`` UTF-8 bytes."""
+    return SHORT_STRING[size] if size < 64 else b"\x02" + varint(size)
+
+
 def string(text: str) -> bytes:
     """A non-null string of a ``["null", "string"]`` field."""
     data = text.encode()
-    size = len(data)
-    if size < 64:
-        return SHORT_STRING[size] + data
-    return b"\x02" + varint(size) + data
+    return string_header(len(data)) + data
+
+
+# Branch 1 and a long in -64..63: two bytes, precomputed (counts, states, flags).
+_SMALL_LONG: Final = {n: b"\x02" + varint(n) for n in range(-64, 64)}
 
 
 def _long(value: int) -> bytes:
-    return b"\x02" + varint(value)
+    small = _SMALL_LONG.get(value)
+    return small if small is not None else b"\x02" + varint(value)
 
 
 def _boolean(value: bool) -> bytes:

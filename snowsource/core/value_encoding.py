@@ -23,6 +23,8 @@ from typing import Any, Final
 import orjson
 
 from snowsource.core import avro_binary
+from snowsource.core.avro_rows import Remembered, RowEncoder, compile_encoder
+from snowsource.core.avro_timestamps import TimestampWriter
 from snowsource.core.typed import UnparsedValueError, convert_text
 from snowsource.core.value_schema import (
     UNPARSED,
@@ -35,19 +37,16 @@ MAGIC: Final = b"\x00"
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
-# Texts remembered per cached field kind (about 2 MB at most each, whatever the tables).
+# Texts remembered per converted field kind (integers, booleans, numbers, dates: their values
+# repeat across a table's rows; a look-up costs a fraction of a conversion). When full, a
+# cache starts again empty: it follows what the tables write now. About 1 MB each at most.
 _CACHED_TEXTS: Final = 8192
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_CLOCK: Final = re.compile(r" [0-9]{2}:[0-9]{2}:[0-9]{2}")
-# Date-times are remembered only briefly: nearly all differ, but a row's sys_created_on,
-# sys_updated_on and opened_at are often the same instant.
-_RECENT_DATE_TIMES: Final = 64
-# Short string values repeat across rows (states, categories, users, domains): their bytes are
-# kept, process-wide and bounded (about 3 MB), the first ones seen kept for good. A longer text
-# (descriptions, names) is rarely repeated and is encoded each time.
-_SHORT_TEXT: Final = 32  # below a sys_id: ids never repeat in a column
-_CACHED_STRINGS: Final = 16384
-_STRINGS: dict[str, bytes] = {}
+# "hh:mm" -> seconds into the day, "ss" -> seconds: only valid times of day are keys.
+_CLOCK_SECONDS: Final = {f"{h:02}:{m:02}": h * 3600 + m * 60 for h in range(24) for m in range(60)}
+_SECONDS: Final = {f"{s:02}": s for s in range(60)}
+# Date-times remembered per text: nearly all differ, but a row's often repeat one another.
+_RECENT_DATE_TIMES: Final = 256
 
 Converter = Callable[[str], Any]
 
@@ -74,16 +73,17 @@ def _day_seconds(day: str) -> int:
 
 def _epoch_seconds(text: str) -> int | None:
     """``YYYY-MM-DD hh:mm:ss`` (UTC) as seconds since the epoch. The day is checked (calendar
-    included) and remembered by :func:`_day_seconds`, the time of day here: ``strptime`` costs
-    ten times as much, and a table has several date-time columns per row."""
+    included) and remembered by :func:`_day_seconds`; the time of day is looked up (hours and
+    minutes, then seconds): ``strptime`` costs ten times as much, and a table has several
+    date-time columns per row."""
     if text == "":
         return None
-    if _CLOCK.fullmatch(text, 10) is None:
+    if len(text) != 19 or text[10] != " " or text[16] != ":":
         raise UnparsedValueError
-    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
-    if hour > 23 or minute > 59 or second > 59:
-        raise UnparsedValueError
-    return _day_seconds(text[:10]) + hour * 3600 + minute * 60 + second
+    try:
+        return _day_seconds(text[:10]) + _CLOCK_SECONDS[text[11:16]] + _SECONDS[text[17:]]
+    except KeyError:
+        raise UnparsedValueError from None
 
 
 def _epoch_millis(text: str) -> int | None:
@@ -135,24 +135,28 @@ def converter(kind: FieldType, value_format: ValueFormat) -> Converter:
 
 
 @functools.cache
-def _direct(kind: FieldType) -> Callable[[str], bytes]:
-    """A ``kind`` field's raw text -> its Avro union bytes (null for an empty value of a
-    non-string field); raises :class:`UnparsedValueError`. Integers, booleans, numbers and
-    dates remember recent texts: their values repeat across a table's rows, and a look-up costs
-    a fraction of a conversion; date-times only the last few. One cache per kind, shared by
-    every table."""
-    put = avro_binary.put(kind)
-    if kind == "string":
-        return put
+def kind_writer(kind: FieldType) -> Remembered:
+    """The Avro bytes of a converted ``kind``'s raw texts (null for an empty value); one per
+    kind, shared by every table. Date-times (:func:`timestamp_writer`) are remembered only
+    briefly: nearly all differ, but a row's often repeat one another (opened_at,
+    sys_created_on) and many are empty."""
+    if kind == "timestamp":
+        return Remembered(timestamp_writer().write, _RECENT_DATE_TIMES)
     convert = converter(kind, "avro")
+    put = avro_binary.put(kind)
     null = avro_binary.NULL
 
-    def encode(text: str) -> bytes:
+    def write(text: str) -> bytes:
         value = convert(text)
         return null if value is None else put(value)
 
-    size = _RECENT_DATE_TIMES if kind == "timestamp" else _CACHED_TEXTS
-    return functools.lru_cache(maxsize=size)(encode)
+    return Remembered(write, _CACHED_TEXTS)
+
+
+@functools.cache
+def timestamp_writer() -> TimestampWriter:
+    """The process's date-time writer (its remembered hours shared by every table)."""
+    return TimestampWriter(_epoch_seconds)
 
 
 def text_of(value: Any) -> str:
@@ -185,14 +189,24 @@ class SchemaWriter:
             (f.column, f.name if avro else f.column, converter(f.type, value_format))
             for f in schema.fields
         ]
-        # Avro: each field's text -> wire bytes, chosen once (``_direct``).
-        # Avro: per field its column and, for a converted kind, its text -> bytes (None: a
-        # string, encoded inline in ``_encode_avro``, the commonest case by far).
-        self._avro = (
-            [(f.column, None if f.type == "string" else _direct(f.type)) for f in schema.fields]
+        # Avro: the common row (every column present, every value converting) by a function
+        # generated for the schema; any other row by ``_encode_avro``, with per field its
+        # column and, for a converted kind, its writer (None: a string).
+        self.common: RowEncoder | None = (
+            compile_encoder(
+                schema.fields,
+                self._prefix,
+                unparsed=schema.unparsed,
+                writer=kind_writer,
+                timestamps=timestamp_writer(),
+            )
             if avro
             else None
         )
+        self._avro = [
+            (f.column, None if f.type == "string" else kind_writer(f.type))
+            for f in (schema.fields if avro else ())
+        ]
         self._columns = schema.columns
 
     def record(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -221,39 +235,38 @@ class SchemaWriter:
 
     def encode(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
         """``(framed value, columns that did not convert)`` for a shaped row."""
-        if self._avro is None:
+        if self.common is not None:
+            value = self.common(row)
+            if value is not None:
+                return value, ()
+        return self.encode_other(row)
+
+    def encode_other(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
+        """:meth:`encode` for a row that :attr:`common` (the writer of Avro's common row,
+        generated for the schema; None for JSON) did not write."""
+        if self.common is None:
             record, failed = self.record(row)
             return b"".join((self._prefix, orjson.dumps(record))), failed
-        return self._encode_avro(row, self._avro)
+        return self._encode_avro(row)
 
-    def _encode_avro(
-        self, row: Mapping[str, Any], fields: list[tuple[str, Callable[[str], bytes] | None]]
-    ) -> tuple[bytes, tuple[str, ...]]:
-        # The same values as ``record`` gives, written straight to Avro's binary encoding. The
-        # loop runs once per field of every row: it is written for speed (bench/avro.py).
+    def _encode_avro(self, row: Mapping[str, Any]) -> tuple[bytes, tuple[str, ...]]:
+        # The same values as ``record`` gives, written straight to Avro's binary encoding: any
+        # row (missing or extra columns, reference objects, values that do not convert).
         parts = [self._prefix]
         append = parts.append
         unparsed: dict[str, str] = {}
         null = avro_binary.NULL
-        strings = _STRINGS
-        strings_get = strings.get
-        get = row.get
-        for column, direct in fields:
-            value = get(column)
+        for column, writer in self._avro:
+            value = row.get(column)
             if value is None:
                 append(null)
                 continue
             text = value if type(value) is str else text_of(value)
-            if direct is None:
-                encoded = strings_get(text)
-                if encoded is None:
-                    encoded = avro_binary.string(text)
-                    if len(text) < _SHORT_TEXT and len(strings) < _CACHED_STRINGS:
-                        strings[text] = encoded
-                append(encoded)
+            if writer is None:
+                append(avro_binary.string(text))
                 continue
             try:
-                append(direct(text))
+                append(writer[text])
             except UnparsedValueError:
                 unparsed[column] = text
                 append(null)

@@ -58,15 +58,19 @@ class TableColumns:
             self._looked_up.clear()
             await self._read(())
 
-    async def govern(self, rows: Sequence[MutableMapping[str, Any]]) -> None:
-        """Look up columns never seen before, then govern ``rows`` in place."""
+    async def govern(self, rows: Sequence[MutableMapping[str, Any]]) -> set[str] | None:
+        """Look up columns never seen before, then govern ``rows`` in place; the columns the
+        rows carry when that was worked out on the way (None: not, or governance changed
+        them)."""
+        columns: set[str] | None = None
         if self._wanted and not self._unverified:
             governance = self.spec.governance
+            # The union runs in C: a comprehension over every column of every row of a wide
+            # page cost about a microsecond a row (bench/avro.py).
+            columns = set().union(*rows)
             unknown = {
                 name
-                for name in {name for row in rows for name in row}
-                - self._dictionary.keys()
-                - self._looked_up
+                for name in columns - self._dictionary.keys() - self._looked_up
                 # An excluded column is excluded whatever its type: no need to ask.
                 if not governance.excluded_by_name(name)
             }
@@ -76,7 +80,9 @@ class TableColumns:
                     columns=sorted(unknown),
                 )
                 await self._read(unknown)
-        self.rules.apply(rows)
+        if self.rules.apply(rows):
+            return None  # an excluded column may have left the rows
+        return columns
 
     async def _read(self, seen: Iterable[str]) -> None:
         # Each request of the walk is retried on its own by the stream's request path.

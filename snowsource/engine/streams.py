@@ -203,11 +203,12 @@ class TableHooks(StreamHooks):
 
     async def prepare(self, rows: Sequence[dict[str, Any]]) -> frozenset[str]:
         # Governed in place before the page's values are used for anything (SPEC §15.2).
-        await self.columns.govern(rows)
+        seen = await self.columns.govern(rows)
         typed = self._typed
         if self._schemas is not None and typed is not None:
             # A new column makes a new schema version, registered before the page is shaped.
-            seen: set[str] = set().union(*rows)  # the union runs in C: wide pages are cheap
+            if seen is None:
+                seen = set().union(*rows)  # the union runs in C: wide pages are cheap
             await self._schemas.ensure(seen, typed.columns)
         return frozenset()
 
