@@ -28,7 +28,6 @@ import structlog
 
 from snowsource.core.clock import InstanceClock
 from snowsource.core.cursor import Position, high_water_mark, next_sweep_start, parse_ts
-from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
@@ -39,6 +38,7 @@ from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
+from snowsource.engine.page_step import PageStep, last_acked
 from snowsource.engine.page_stream import FetchedPage, PageRange, PageStream
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
@@ -105,10 +105,11 @@ class Poller:
         deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._delivery = deliveries()
         self._reader = TableReader(spec, self._requests, stop=stop.event)
+        self._step = PageStep(spec, self._recorder, self._failures)
         self._slices = SliceTools(
             *(spec, self._reader, self._hooks, self._recorder, stop, self._delivery, deliveries),
             now=clock.now,
-            failures=self._failures,
+            step=self._step,
             pages=pages,
         )
         self._recorder.state(TableState.STARTING)
@@ -306,25 +307,17 @@ class Poller:
         table is unacknowledged, and the offset is queued as soon as the acks allow it.
         """
         caps_before = gen.dedup.evictions_by_cap
-        ack: PageAck | None = None
-        if plan.emits:
-            with self._failures.acks_overdue(self.spec, len(plan.emits)):
-                ack = await self._delivery.deliver_page(plan)
-            if ack is None:
-                # Stopping, the deadline passed with records unacknowledged: the drain says so.
-                raise StoppedError("stop requested while records were unacknowledged")
+        ack = await self._step.deliver(self._delivery, plan)
         assert plan.cursor is not None
         gen.cursor = plan.cursor
         self._recorder.evicted(gen.dedup.evictions_by_cap - caps_before, gen.dedup.max_entries)
-        if emitted := (ack.acked if ack is not None else 0):
+        if (last := last_acked(plan, ack)) is not None:
             # Only the contiguous acknowledged prefix: an unacknowledged record holds back
             # every later offset of the table.
-            gen.commit(plan.emits[emitted - 1].offset)
-        self._recorder.page_delivered(counts, plan.cursor, plan, ack)
-        failures.refused(self.spec, plan, ack)
+            gen.commit(last.offset)
+        self._step.recorded(counts, plan.cursor, plan, ack)
 
     def _page_done(self, gen: TableGeneration, plan: PagePlan, keep_from: str) -> None:
-        self._failures.succeeded(FailureSource.KAFKA)
         gen.dedup.evict_older_than(keep_from)
         metrics.DEDUP_ENTRIES.labels(table=self.spec.alias).set(len(gen.dedup))
         if plan.phase == "backfill":  # a full page: more rows wait behind it

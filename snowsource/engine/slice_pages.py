@@ -28,7 +28,7 @@ from snowsource.core.slices import Backfill, SliceRange, seconds_between
 from snowsource.core.table import TableSpec
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.delivery import TableDelivery
-from snowsource.engine.failures import FailureTracker
+from snowsource.engine.page_step import PageStep
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.streams import StreamHooks
@@ -54,7 +54,7 @@ class SliceTools:
     table_delivery: TableDelivery
     fresh_delivery: Callable[[], TableDelivery]
     now: Callable[[], datetime]  # instance time, for the lag while backfilling
-    failures: FailureTracker
+    step: PageStep  # the table's deliver-and-record step, shared with its single pager
     pages: PageBudget | None = None
 
     def delivery(self) -> TableDelivery:

@@ -28,30 +28,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-from collections import deque
-from dataclasses import dataclass, field, replace
 
 import structlog
 
 from snowsource.core.backfill_plan import Fetch, Outcome, Status
 from snowsource.core.cursor import Position, next_sweep_start
 from snowsource.core.errors import TableFailedError
-from snowsource.core.outbound import PageAck
-from snowsource.core.page import PagePlan, plan_page
-from snowsource.engine import failures
-from snowsource.engine.delivery import TableDelivery
-from snowsource.engine.failures import FailureSource, ProduceFailedError
+from snowsource.engine.failures import ProduceFailedError
+from snowsource.engine.page_step import last_acked
 from snowsource.engine.recorder import SweepCounts
-from snowsource.engine.slice_pages import Arrival, Failed, Reading, SlicePager, SliceTools
+from snowsource.engine.slice_pages import Arrival, Failed, SlicePager, SliceTools
 from snowsource.engine.slice_prefix import SliceOffsets
+from snowsource.engine.slice_produce import Produced, SliceLane, SliceProducer
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import first_error
 from snowsource.runtime.retrying import StoppedError
 
 __all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
-
-Produced = tuple[PagePlan, PageAck | None, Fetch]
 
 
 async def sliced_sweep(
@@ -74,16 +67,6 @@ async def sliced_sweep(
     return next_sweep_start(start, last, hi, tools.spec.overlap_seconds)
 
 
-@dataclass(eq=False)
-class _Slice:
-    """One reader's pages on their way to Kafka: produced one at a time, in the order read."""
-
-    delivery: TableDelivery
-    reading: Reading | None = None  # its pass over the range it reads now
-    ready: deque[tuple[Arrival, int]] = field(default_factory=deque)  # (page, rows kept)
-    producing: asyncio.Task[Produced] | None = None
-
-
 class SlicedBackfill:
     """One sliced backfill sweep of a table, from ``start`` up to ``hi``."""
 
@@ -96,10 +79,7 @@ class SlicedBackfill:
         self._committed = gen.cursor
         self._counts = SweepCounts()
         self._pager = SlicePager(tools, self._counts, start=start)
-        # Rows older than this are never read again, not even by the stream phase that
-        # follows (it starts at HI - overlap): they need no dedup entry.
-        self._keep_from = Position(hi, "").minus(spec.overlap_seconds).ts
-        self._slices = [_Slice(tools.delivery()) for _ in range(spec.backfill_slices)]
+        self._slices = [SliceLane(tools.delivery()) for _ in range(spec.backfill_slices)]
         self._fetching: dict[asyncio.Task[Arrival | Failed], Fetch] = {}
         self._failures: dict[int, TableFailedError] = {}  # id(range) -> the failure it holds
         self._log = structlog.get_logger("snowsource.engine.slices").bind(table=spec.alias)
@@ -113,6 +93,7 @@ class SlicedBackfill:
         plan, first = await self._pager.first(self._hi, self._committed)
         self._plan = plan
         self._offsets = SliceOffsets(tools.spec, self._gen, tools.recorder, tools.now, plan)
+        self._producer = SliceProducer(tools, self._gen, self._offsets, hi=self._hi)
         self._log.info(
             "sliced backfill", slices=self._spec.backfill_slices, ranges=len(plan.board.ranges),
             hi=self._hi,
@@ -168,38 +149,26 @@ class SlicedBackfill:
             # Nothing of this table in flight: another range adds concurrency, not requests.
             fetches = plan.next_fetches(len(self._slices), contended=False, page_rows=size)
         for fetch in fetches:
-            lane = self._slices[fetch.reader]
-            if lane.reading is None or lane.reading.range is not fetch.range:
-                # A range left by another slice resumes where its pages ended.
-                at = max(fetch.range.after, self._committed)
-                lane.reading = Reading(fetch.range, at, at)
-            job = self._pager.fetch(fetch, lane.reading)
+            job = self._pager.fetch(fetch, self._slices[fetch.reader].reads(fetch, self._committed))
             self._fetching[group.create_task(job, name=f"slice-fetch:{fetch.reader}")] = fetch
         if fetches:
             tools.recorder.slices(plan.progress())
         return len(fetches)
 
     def _start_produces(self, group: asyncio.TaskGroup) -> int:
-        """Start each slice's oldest page read, once its page before it is acknowledged."""
+        """Start each slice's oldest page read once its page before is acknowledged; ahead of
+        the prefix, only once the table has a committed offset at all."""
         started = 0
         for index, lane in enumerate(self._slices):
-            if lane.producing is not None or not lane.ready:
-                continue
-            arrival, keep = lane.ready[0]
-            if not self._may_produce(arrival):
-                continue
-            lane.ready.popleft()
-            job = self._produce(lane.delivery, arrival, keep)
-            lane.producing = group.create_task(job, name=f"slice-page:{index}")
-            started += 1
+            page = lane.next_page()
+            written = self._gen.has_offset.is_set()
+            if page is not None and (written or self._plan.board.holds_prefix(page.fetch.range)):
+                self._producer.start(lane, group, f"slice-page:{self._spec.alias}:{index}")
+                started += 1
         return started
 
-    def _may_produce(self, arrival: Arrival) -> bool:
-        """Produce ahead of the prefix only once the table has a committed offset."""
-        return self._gen.has_offset.is_set() or self._plan.board.holds_prefix(arrival.fetch.range)
-
     def _waiting_for_offset(self) -> bool:
-        return any(lane.ready and lane.producing is None for lane in self._slices)
+        return any(lane.next_page() is not None for lane in self._slices)
 
     def _produces(self) -> list[asyncio.Task[Produced]]:
         return [lane.producing for lane in self._slices if lane.producing is not None]
@@ -242,49 +211,15 @@ class SlicedBackfill:
         reading.previous = Position(*keys[keep - 1])
         self._slices[result.fetch.reader].ready.append((result, keep))
 
-    async def _produce(self, delivery: TableDelivery, arrival: Arrival, keep: int) -> Produced:
-        """Plan and deliver a page (its slot is given back after); the pages of one range are
-        planned in order (a slice produces one page at a time)."""
-        async with arrival.slot:
-            fetch, plan = arrival.fetch, self._page_plan(arrival, keep)
-            del arrival  # its decoded rows are not held while the page awaits its acks
-            ack: PageAck | None = None
-            if plan.emits:
-                offset = functools.partial(
-                    self._offsets.for_transaction, fetch.range, plan.emits[-1].position
-                )
-                plan = replace(plan, commit_offset=offset)
-                with self._tools.failures.acks_overdue(self._spec, len(plan.emits)):
-                    ack = await delivery.deliver_page(plan)
-                if ack is None:
-                    raise StoppedError("stop requested while records were unacknowledged")
-            return plan, ack, fetch
-
-    def _page_plan(self, arrival: Arrival, keep: int) -> PagePlan:
-        """The page's records; planned here, not when it arrived, so that the next request
-        leaves first and a range's pages are planned in order, each after the one before."""
-        reading, keys = arrival.reading, arrival.keys[:keep]
-        plan = plan_page(
-            self._spec, self._tools.hooks.shaper, arrival.rows[:keep], keys,
-            phase="backfill", cursor=reading.cursor, late_floor=reading.late_floor,
-            dedup=self._gen.dedup, keep_from=min(keys[-1][0], self._keep_from),
-        )  # fmt: skip
-        reading.cursor = plan.cursor or reading.cursor
-        return plan
-
     def _delivered(self, produced: Produced) -> None:
         """A page's acks: the plan takes them in (the prefix may move); a record Kafka refused
         fails or restarts the table once the prefix is committed up to it."""
         plan, ack, fetch = produced
-        emitted = ack.acked if ack is not None else 0
-        acked_to = plan.emits[emitted - 1].position if emitted else None
-        complete = ack is None or ack.complete
-        self._plan.on_ack(fetch.range, acked_to, complete=complete)
+        last = last_acked(plan, ack)
+        acked_to = last.position if last is not None else None
+        self._plan.on_ack(fetch.range, acked_to, complete=ack is None or ack.complete)
         self._offsets.moved()  # the prefix first: the status shows the cursor it moved to
-        tools = self._tools
-        tools.recorder.page_delivered(self._counts, self._gen.cursor, plan, ack)
-        failures.refused(self._spec, plan, ack)
-        tools.failures.succeeded(FailureSource.KAFKA)
+        self._tools.step.recorded(self._counts, self._gen.cursor, plan, ack)
 
     def _ended(self, outcome: Outcome) -> Position | None:
         """The furthest row read when every range is acknowledged; else why not, raised."""
