@@ -12,6 +12,7 @@ page budget is given back once its acks are in (or it failed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,9 @@ class SliceLane:
     reading: Reading | None = None
     ready: deque[tuple[Arrival, int]] = field(default_factory=deque)  # (page, rows kept)
     producing: asyncio.Task[Produced] | None = None
+    # The slot of the page in production: its task gives it back, unless it was cancelled
+    # before it began (a task group failing meanwhile): then :meth:`drop` does.
+    slot: contextlib.AsyncExitStack | None = None
 
     def reads(self, fetch: Fetch, committed: Position) -> Reading:
         """The pass a fetch belongs to: a new one when the slice starts a range (a range left
@@ -48,6 +52,19 @@ class SliceLane:
             at = max(fetch.range.after, committed)
             self.reading = Reading(fetch.range, at, at)
         return self.reading
+
+    async def drop(self) -> None:
+        """Give back the slots of the pages not produced (stop, or the backfill ended)."""
+        while self.ready:
+            await self.ready.popleft()[0].slot.aclose()
+        if self.slot is not None:
+            await self.slot.aclose()  # closing twice does nothing
+
+    def take(self) -> tuple[Arrival, int]:
+        """The next page and the rows kept of it, now in production."""
+        arrival, keep = self.ready.popleft()
+        self.slot = arrival.slot
+        return arrival, keep
 
     def next_page(self) -> Arrival | None:
         """The page whose turn it is, if no page of this slice is in production."""
@@ -69,7 +86,7 @@ class SliceProducer:
 
     def start(self, lane: SliceLane, group: asyncio.TaskGroup, name: str) -> None:
         """Start producing the lane's next page."""
-        arrival, keep = lane.ready.popleft()
+        arrival, keep = lane.take()
         job = self._produce(lane.delivery, arrival, keep)
         lane.producing = group.create_task(job, name=name)
 

@@ -27,7 +27,6 @@ restarts from its committed offset, exactly like the single pager.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 
@@ -99,16 +98,17 @@ class SlicedBackfill:
             hi=self._hi,
         )  # fmt: skip
         try:
-            # Every page's slot is closed here at the latest: a page read but never produced.
-            async with contextlib.AsyncExitStack() as held, asyncio.TaskGroup() as group:
+            async with asyncio.TaskGroup() as group:
                 if first is not None:
-                    await self._fetched(first, held)
-                outcome = await self._loop(group, held)
+                    await self._fetched(first)
+                outcome = await self._loop(group)
         except BaseExceptionGroup as failed:
             raise first_error(failed) from None
+        finally:
+            await self._give_back()
         return self._ended(outcome)
 
-    async def _loop(self, group: asyncio.TaskGroup, held: contextlib.AsyncExitStack) -> Outcome:
+    async def _loop(self, group: asyncio.TaskGroup) -> Outcome:
         """The one loop: start what the plan allows, wait for something to end, feed it back."""
         plan, stop = self._plan, self._tools.stop
         stopping = group.create_task(stop.event.wait(), name="slices:stop")
@@ -127,7 +127,7 @@ class SlicedBackfill:
                 events = [t for t in (stopping, offset) if not t.done()]
                 await asyncio.wait([*busy, *events], return_when=asyncio.FIRST_COMPLETED)
                 for fetching in [t for t in self._fetching if t.done()]:
-                    await self._fetch_ended(fetching, held)
+                    await self._fetch_ended(fetching)
                 for lane in self._slices:
                     if lane.producing is not None and lane.producing.done():
                         produced, lane.producing = lane.producing.result(), None
@@ -179,19 +179,27 @@ class SlicedBackfill:
         for task in self._fetching:
             task.cancel()
         for lane in self._slices:
-            while lane.ready:
-                await lane.ready.popleft()[0].slot.aclose()
+            await lane.drop()
 
-    async def _fetch_ended(
-        self, task: asyncio.Task[Arrival | Failed], held: contextlib.AsyncExitStack
-    ) -> None:
+    async def _give_back(self) -> None:
+        """Every task ended: give back the slot of every page read and never produced, also a
+        page whose fetch ended while the task group was failing (nobody read its result)."""
+        for lane in self._slices:
+            await lane.drop()
+        for task in self._fetching:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                result = task.result()
+                if isinstance(result, Arrival):
+                    await result.slot.aclose()
+
+    async def _fetch_ended(self, task: asyncio.Task[Arrival | Failed]) -> None:
         fetch = self._fetching.pop(task)
         if task.cancelled():
             self._plan.on_fetch_failed(fetch)  # abandoned on stop
         else:
-            await self._fetched(task.result(), held)
+            await self._fetched(task.result())
 
-    async def _fetched(self, result: Arrival | Failed, held: contextlib.AsyncExitStack) -> None:
+    async def _fetched(self, result: Arrival | Failed) -> None:
         """A fetch ended: the plan hears of its page (or its failure); a kept page waits for
         its slice's turn to produce."""
         plan = self._plan
@@ -201,7 +209,6 @@ class SlicedBackfill:
             if isinstance(result.error, TableFailedError):
                 self._failures[id(result.fetch.range)] = result.error
             return
-        held.push_async_exit(result.slot)
         keep = plan.on_page(result.fetch, result.keys)
         reading, keys = result.reading, result.keys
         reading.previous_full = len(keys) >= result.limit

@@ -72,6 +72,18 @@ def test_each_reader_has_one_fetch_and_the_slots_bound_them() -> None:
     assert plan.in_flight() == 4
 
 
+def test_fetches_reserve_the_page_size_they_are_asked_with() -> None:
+    plan = plan_for(40, slices=2, limit=5, max_ahead=1000)
+    (first,) = plan.next_fetches(1, contended=False)
+    assert first.limit == 5
+    # The engine halved its page size (the instance ran out of time): later fetches reserve it.
+    (second,) = plan.next_fetches(1, contended=False, page_rows=2)
+    assert second.limit == 2
+    assert second.range.reserved == 2
+    assert plan.on_page(second, [(ts(21), "a"), (ts(22), "b")]) == 2
+    assert not second.range.finished, "a page of the new size is full"
+
+
 def test_contended_only_the_first_reader_starts_a_range() -> None:
     plan = plan_for(40, slices=4, limit=5, max_ahead=1000)
     assert [f.reader for f in plan.next_fetches(4, contended=True)] == [0]
