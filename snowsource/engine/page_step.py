@@ -51,6 +51,10 @@ class PageStep:
         status; a record Kafka refused FAILs the table or restarts it from its offset."""
         self._recorder.page_delivered(counts, cursor, plan, ack)
         failures.refused(self._spec, plan, ack)
+        self.acknowledged()
+
+    def acknowledged(self) -> None:
+        """Everything delivered so far was acknowledged: Kafka is healthy for this table."""
         self._failures.succeeded(FailureSource.KAFKA)
 
 

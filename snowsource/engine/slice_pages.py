@@ -15,9 +15,7 @@ they are cut (:meth:`SlicePager.first`); it is the first range's first page all 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from snowsource.core.backfill_plan import BackfillPlan, Fetch
@@ -25,45 +23,14 @@ from snowsource.core.cursor import Position
 from snowsource.core.errors import TableFailedError
 from snowsource.core.page import page_positions, rows_before
 from snowsource.core.slices import Backfill, SliceRange, seconds_between
-from snowsource.core.table import TableSpec
-from snowsource.engine.budget import PageBudget
-from snowsource.engine.delivery import TableDelivery
-from snowsource.engine.page_step import PageStep
-from snowsource.engine.reader import TableReader
-from snowsource.engine.recorder import SweepCounts, TableRecorder
-from snowsource.engine.streams import StreamHooks
-from snowsource.runtime.deadline import StopSignal
+from snowsource.engine.recorder import SweepCounts
+from snowsource.engine.sweep import SweepTools
 from snowsource.runtime.retrying import StoppedError
 
-__all__ = ["Arrival", "Failed", "Reading", "SlicePager", "SliceTools"]
+__all__ = ["Arrival", "Failed", "Reading", "SlicePager"]
 
 Rows = list[dict[str, Any]]
 Keys = list[tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class SliceTools:
-    """What a poller lends its sliced backfills (built once per poller)."""
-
-    spec: TableSpec
-    reader: TableReader
-    hooks: StreamHooks
-    recorder: TableRecorder
-    stop: StopSignal
-    #: The table's own delivery, and how to make another like it.
-    table_delivery: TableDelivery
-    fresh_delivery: Callable[[], TableDelivery]
-    now: Callable[[], datetime]  # instance time, for the lag while backfilling
-    step: PageStep  # the table's deliver-and-record step, shared with its single pager
-    pages: PageBudget | None = None
-
-    def delivery(self) -> TableDelivery:
-        """A delivery for one slice: a fresh one each (at least once), so slices produce side
-        by side; the table's own with exactly once: one transactional producer per table, whose
-        transactions take turns anyway."""
-        if self.table_delivery.exactly_once:
-            return self.table_delivery
-        return self.fresh_delivery()
 
 
 @dataclass(eq=False)
@@ -103,7 +70,7 @@ class Failed:
 class SlicePager:
     """Fetches the pages of one sliced backfill."""
 
-    def __init__(self, tools: SliceTools, counts: SweepCounts, *, start: Position) -> None:
+    def __init__(self, tools: SweepTools, counts: SweepCounts, *, start: Position) -> None:
         self._tools = tools
         self._spec = tools.spec
         self._counts = counts

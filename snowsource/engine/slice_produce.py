@@ -22,8 +22,9 @@ from snowsource.core.cursor import Position
 from snowsource.core.outbound import PageAck
 from snowsource.core.page import PagePlan, plan_page
 from snowsource.engine.delivery import TableDelivery
-from snowsource.engine.slice_pages import Arrival, Reading, SliceTools
+from snowsource.engine.slice_pages import Arrival, Reading
 from snowsource.engine.slice_prefix import SliceOffsets
+from snowsource.engine.sweep import SweepTools
 from snowsource.engine.table_generation import TableGeneration
 
 __all__ = ["Produced", "SliceLane", "SliceProducer"]
@@ -75,7 +76,7 @@ class SliceProducer:
     """Plans and delivers the pages of one sliced backfill."""
 
     def __init__(
-        self, tools: SliceTools, gen: TableGeneration, offsets: SliceOffsets, *, hi: str
+        self, tools: SweepTools, gen: TableGeneration, offsets: SliceOffsets, *, hi: str
     ) -> None:
         spec = tools.spec
         self._spec, self._shaper, self._gen, self._offsets = spec, tools.hooks.shaper, gen, offsets

@@ -36,18 +36,19 @@ from snowsource.core.errors import TableFailedError
 from snowsource.engine.failures import ProduceFailedError
 from snowsource.engine.page_step import last_acked
 from snowsource.engine.recorder import SweepCounts
-from snowsource.engine.slice_pages import Arrival, Failed, SlicePager, SliceTools
+from snowsource.engine.slice_pages import Arrival, Failed, SlicePager
 from snowsource.engine.slice_prefix import SliceOffsets
 from snowsource.engine.slice_produce import Produced, SliceLane, SliceProducer
+from snowsource.engine.sweep import SweepTools
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.aio import first_error
 from snowsource.runtime.retrying import StoppedError
 
-__all__ = ["SliceTools", "SlicedBackfill", "sliced_sweep"]
+__all__ = ["SlicedBackfill", "sliced_sweep"]
 
 
 async def sliced_sweep(
-    tools: SliceTools, gen: TableGeneration, start: Position, hi: str
+    tools: SweepTools, gen: TableGeneration, start: Position, hi: str
 ) -> Position:
     """A generation's first sweep, read by slices; where the sweep after it starts.
 
@@ -70,7 +71,7 @@ class SlicedBackfill:
     """One sliced backfill sweep of a table, from ``start`` up to ``hi``."""
 
     def __init__(
-        self, tools: SliceTools, gen: TableGeneration, *, start: Position, hi: str
+        self, tools: SweepTools, gen: TableGeneration, *, start: Position, hi: str
     ) -> None:
         spec = tools.spec
         self._tools, self._spec, self._gen, self._hi = tools, spec, gen, hi
