@@ -15,6 +15,7 @@ they are cut (:meth:`SlicePager.first`); it is the first range's first page all 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +95,7 @@ class SlicePager:
         raise AssertionError("unreachable")  # pragma: no cover - mypy: the block returns
 
     async def first(
-        self, hi: str, committed: Position
+        self, hi: str, committed: Position, reads: Callable[[Fetch], Reading]
     ) -> tuple[BackfillPlan, Arrival | Failed | None]:
         """Read the window's first page, then cut the ranges from its first row on, not from
         the start (a table whose rows begin in 2015 would otherwise give most slices decades of
@@ -119,7 +120,7 @@ class SlicePager:
                 board = self.board(first_row, hi, committed, page.total_count, (limit, spanned))
             plan = BackfillPlan(board, page_rows=limit)
             fetch = plan.first_fetch(limit)
-            reading = Reading(fetch.range, max(fetch.range.after, committed), committed)
+            reading = reads(fetch)  # its reader's pass over the first range
             try:
                 rows, keys = await self._read(fetch, reading, page.rows, limit, after=start)
             except TableFailedError as exc:

@@ -36,7 +36,7 @@ from snowsource.core.errors import TableFailedError
 from snowsource.engine.failures import ProduceFailedError
 from snowsource.engine.page_step import last_acked
 from snowsource.engine.recorder import SweepCounts
-from snowsource.engine.slice_pages import Arrival, Failed, SlicePager
+from snowsource.engine.slice_pages import Arrival, Failed, Reading, SlicePager
 from snowsource.engine.slice_prefix import SliceOffsets
 from snowsource.engine.slice_produce import Produced, SliceLane, SliceProducer
 from snowsource.engine.sweep import SweepTools
@@ -90,7 +90,7 @@ class SlicedBackfill:
         Raises ``StoppedError`` when stopped before the end, and a range's failure as is.
         """
         tools = self._tools
-        plan, first = await self._pager.first(self._hi, self._committed)
+        plan, first = await self._pager.first(self._hi, self._committed, self._reads)
         self._plan = plan
         self._offsets = SliceOffsets(tools.spec, self._gen, tools.recorder, tools.now, plan)
         self._producer = SliceProducer(tools, self._gen, self._offsets, hi=self._hi)
@@ -108,6 +108,10 @@ class SlicedBackfill:
         finally:
             await self._give_back()
         return self._ended(outcome)
+
+    def _reads(self, fetch: Fetch) -> Reading:
+        """The pass of the fetch's reader over its range (a new one when it starts a range)."""
+        return self._slices[fetch.reader].reads(fetch, self._committed)
 
     async def _loop(self, group: asyncio.TaskGroup) -> Outcome:
         """The one loop: start what the plan allows, wait for something to end, feed it back."""
@@ -127,13 +131,8 @@ class SlicedBackfill:
                     raise RuntimeError(f"the sliced backfill stalls: {plan.board.ranges}")
                 events = [t for t in (stopping, offset) if not t.done()]
                 await asyncio.wait([*busy, *events], return_when=asyncio.FIRST_COMPLETED)
-                for fetching in [t for t in self._fetching if t.done()]:
-                    await self._fetch_ended(fetching)
-                for lane in self._slices:
-                    if lane.producing is not None and lane.producing.done():
-                        produced, lane.producing = lane.producing.result(), None
-                        self._delivered(produced)
-                self._offsets.moved()
+                del busy  # a page's task (and its rows) is not held past its turn
+                await self._feed_back()
         finally:
             stopping.cancel()
             offset.cancel()
@@ -150,7 +149,7 @@ class SlicedBackfill:
             # Nothing of this table in flight: another range adds concurrency, not requests.
             fetches = plan.next_fetches(len(self._slices), contended=False, page_rows=size)
         for fetch in fetches:
-            job = self._pager.fetch(fetch, self._slices[fetch.reader].reads(fetch, self._committed))
+            job = self._pager.fetch(fetch, self._reads(fetch))
             self._fetching[group.create_task(job, name=f"slice-fetch:{fetch.reader}")] = fetch
         if fetches:
             tools.recorder.slices(plan.progress())
@@ -192,6 +191,16 @@ class SlicedBackfill:
                 result = task.result()
                 if isinstance(result, Arrival):
                     await result.slot.aclose()
+
+    async def _feed_back(self) -> None:
+        """Tell the plan what ended: fetches first (a page read), then produces (its acks)."""
+        for task in [t for t in self._fetching if t.done()]:
+            await self._fetch_ended(task)
+        for lane in self._slices:
+            if lane.producing is not None and lane.producing.done():
+                produced, lane.producing = lane.producing.result(), None
+                self._delivered(produced)
+        self._offsets.moved()
 
     async def _fetch_ended(self, task: asyncio.Task[Arrival | Failed]) -> None:
         fetch = self._fetching.pop(task)
