@@ -6,7 +6,7 @@ transactional one, while it fetches its next page. A page is planned only when i
 not when it arrived: its range's pages are planned in order, each from the cursor the one before
 left, and the next request leaves first. With exactly-once its transaction carries the backfill's
 prefix as it stands with this page in (``SliceOffsets.for_transaction``). The page's slot of the
-page budget is given back once its acks are in (or it failed).
+page budget is given back once the coordinator took its acks in (or it failed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from snowsource.core.backfill_plan import Fetch
@@ -42,8 +43,8 @@ class SliceLane:
     reading: Reading | None = None
     ready: deque[tuple[Arrival, int]] = field(default_factory=deque)  # (page, rows kept)
     producing: asyncio.Task[Produced] | None = None
-    # The slot of the page in production: its task gives it back, unless it was cancelled
-    # before it began (a task group failing meanwhile): then :meth:`drop` does.
+    # The slot of the page in production, given back once the coordinator took its acks in
+    # (:meth:`finished`; its plan is held till then), or by :meth:`drop`.
     slot: contextlib.AsyncExitStack | None = None
 
     def reads(self, fetch: Fetch, committed: Position) -> Reading:
@@ -60,6 +61,16 @@ class SliceLane:
             await self.ready.popleft()[0].slot.aclose()
         if self.slot is not None:
             await self.slot.aclose()  # closing twice does nothing
+
+    @contextlib.asynccontextmanager
+    async def finished(self) -> AsyncIterator[Produced]:
+        """The page in production is done: its result, its slot held while the block runs."""
+        task, self.producing = self.producing, None
+        slot = self.slot
+        assert task is not None, "no page in production"
+        assert slot is not None, "a page in production holds a slot"
+        async with slot:
+            yield task.result()
 
     def take(self) -> tuple[Arrival, int]:
         """The next page and the rows kept of it, now in production."""
@@ -92,15 +103,14 @@ class SliceProducer:
         lane.producing = group.create_task(job, name=name)
 
     async def _produce(self, delivery: TableDelivery, arrival: Arrival, keep: int) -> Produced:
-        async with arrival.slot:
-            fetch, plan = arrival.fetch, self._plan(arrival, keep)
-            del arrival  # its decoded rows are not held while the page awaits its acks
-            if plan.emits:
-                offset = functools.partial(
-                    self._offsets.for_transaction, fetch.range, plan.emits[-1].position
-                )
-                plan = replace(plan, commit_offset=offset)
-            return plan, await self._step.deliver(delivery, plan), fetch
+        fetch, plan = arrival.fetch, self._plan(arrival, keep)
+        del arrival  # its decoded rows are not held while the page awaits its acks
+        if plan.emits:
+            offset = functools.partial(
+                self._offsets.for_transaction, fetch.range, plan.emits[-1].position
+            )
+            plan = replace(plan, commit_offset=offset)
+        return plan, await self._step.deliver(delivery, plan), fetch
 
     def _plan(self, arrival: Arrival, keep: int) -> PagePlan:
         reading, keys = arrival.reading, arrival.keys[:keep]

@@ -198,8 +198,8 @@ class SlicedBackfill:
             await self._fetch_ended(task)
         for lane in self._slices:
             if lane.producing is not None and lane.producing.done():
-                produced, lane.producing = lane.producing.result(), None
-                self._delivered(produced)
+                async with lane.finished() as produced:
+                    self._delivered(produced)
         self._offsets.moved()
 
     async def _fetch_ended(self, task: asyncio.Task[Arrival | Failed]) -> None:
