@@ -120,16 +120,21 @@ class BackfillPlan:
             raise ValueError("the first page is the first range's")
         return self._ask(0, r, limit)
 
-    def next_fetches(self, free_slots: int, *, contended: bool) -> list[Fetch]:
+    def next_fetches(
+        self, free_slots: int, *, contended: bool, page_rows: int | None = None
+    ) -> list[Fetch]:
         """The pages to ask for now, at most ``free_slots``; none once stopped or a page was
         acknowledged in part; once a range failed the table, only pages before it (the prefix
-        must reach it before its failure is raised).
+        must reach it before its failure is raised). ``page_rows``: the page size from now on
+        (the engine halves it when the instance runs out of time, SPEC §9).
 
         A reader (slice) has one fetch in flight at most; a range at most ``PAGES_AHEAD`` pages
         read and unacknowledged. While the instance is ``contended`` only the first reader starts
         a new range (another range adds requests, not concurrency), unless nobody reads the
         range that holds the prefix back.
         """
+        if page_rows is not None:
+            self.page_rows = page_rows
         if self._stopped or self._broken is not None:
             return []
         fetches: list[Fetch] = []

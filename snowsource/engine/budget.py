@@ -15,6 +15,8 @@ holds no page at all (``tests/unit/test_page_budget.py`` counts both).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from snowsource.core.grants import FairQueue
 
@@ -58,6 +60,16 @@ class PageBudget:
             if not self._queue.remove(key, ticket) and ticket.done() and not ticket.cancelled():
                 self.release()
             raise
+
+    @contextlib.asynccontextmanager
+    async def lease(self, key: str = "") -> AsyncIterator[None]:
+        """A slot held while the block runs: taken in turn on entry, given back on exit
+        whatever happens (a page produced, dropped, failed or cancelled)."""
+        await self.acquire(key)
+        try:
+            yield
+        finally:
+            self.release()
 
     def release(self) -> None:
         """Give a slot back (its page was produced, dropped or never arrived): to the next

@@ -8,11 +8,12 @@ FAILED with a diagnostic and ``run`` returns. It reads top to bottom:
    restarts the table from its committed offset minus the overlap after a backoff, exactly like
    a process restart. A generation (``engine.table_generation``) is built fresh from the
    committed offset and sweeps beside its committer in one ``asyncio.TaskGroup``.
-2. A sweep fixes a high-water mark ``HI`` and reads one page stream (``engine.page_stream``) up
-   to it; the next page is fetched while the current one is delivered. A backfilling table's
-   first sweep is read by several range pagers instead (``engine.slices``, SPEC §14.2).
-3. Each page: the decision (``core.page``), the delivery (``engine.delivery``: at most one page
-   per table unacknowledged), and the commit of the acknowledged prefix's last offset.
+2. A sweep fixes a high-water mark ``HI`` and reads up to it (``engine.sweep``: one page
+   stream, the next page fetched while the current one is delivered). A backfilling table's
+   first sweep is read by several range pagers instead (``engine.slices``, SPEC §14.2). Both
+   get the same ``SweepTools`` from here.
+3. Each page: the decision (``core.page``), the delivery and its record (``engine.page_step``:
+   at most one page per table unacknowledged), and the commit of the acknowledged prefix.
 4. Stop (or a produce failure) drains: the outstanding acks and the final offset write, within
    the stop's deadline. Status and metrics are written by one recorder (``engine.recorder``).
 """
@@ -21,15 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable
 
 import structlog
 
 from snowsource.core.clock import InstanceClock
-from snowsource.core.cursor import Position, high_water_mark, next_sweep_start, parse_ts
-from snowsource.core.outbound import PageAck
-from snowsource.core.page import PagePlan, page_positions, plan_page
+from snowsource.core.cursor import Position, high_water_mark
 from snowsource.core.retry import KafkaRetries, RetryPolicy
 from snowsource.core.table import TableSpec
 from snowsource.core.table_status import TableState, TableStatus
@@ -39,16 +37,16 @@ from snowsource.engine.budget import PageBudget
 from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
-from snowsource.engine.page_stream import FetchedPage, PageRange, PageStream
+from snowsource.engine.page_step import PageStep
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
-from snowsource.engine.recorder import SweepCounts, TableRecorder
+from snowsource.engine.recorder import TableRecorder
 from snowsource.engine.resume import OutputTail, load_offset, rebuild_dedup
-from snowsource.engine.slices import SliceTools, sliced_sweep
+from snowsource.engine.slices import sliced_sweep
 from snowsource.engine.snow_requests import SnowRequests
 from snowsource.engine.stream_hooks import HooksFactory, stream_hooks
+from snowsource.engine.sweep import SweepTools, paged_sweep
 from snowsource.engine.table_generation import TableGeneration
-from snowsource.observability import metrics
 from snowsource.runtime.aio import first_error, sleep_or_stop
 from snowsource.runtime.deadline import StopSignal
 from snowsource.runtime.retrying import Attempt, DeadlineExceededError, StoppedError, retrying
@@ -105,10 +103,10 @@ class Poller:
         deliveries = functools.partial(self._hooks.delivery, sink, stop, delivery)
         self._delivery = deliveries()
         self._reader = TableReader(spec, self._requests, stop=stop.event)
-        self._slices = SliceTools(
+        self._tools = SweepTools(
             *(spec, self._reader, self._hooks, self._recorder, stop, self._delivery, deliveries),
             now=clock.now,
-            failures=self._failures,
+            step=PageStep(spec, self._recorder, self._failures),
             pages=pages,
         )
         self._recorder.state(TableState.STARTING)
@@ -215,122 +213,17 @@ class Poller:
             hi = self._hooks.cap(high_water_mark(self._clock.now(), spec.safety_lag_seconds))
             if hi is not None and gen.sliced:
                 gen.sliced = False
-                start = await sliced_sweep(self._slices, gen, start, hi)
+                start = await sliced_sweep(self._tools, gen, start, hi)
                 if start is not None and caught_up is not None:
                     caught_up()
                 continue
             # No HI: a delete stream whose table has not completed a sweep yet.
-            if hi is not None and (start := await self._sweep(gen, start, hi)) is None:
+            if hi is not None and (start := await paged_sweep(self._tools, gen, start, hi)) is None:
                 return
             if hi is not None and caught_up is not None:
                 caught_up()
             if await sleep_or_stop(self._stop.event, spec.poll_interval):
                 return
-
-    async def _sweep(self, gen: TableGeneration, start: Position, hi: str) -> Position | None:
-        """Pages from ``start`` up to ``hi``; where the next sweep starts, or None when this one
-        ended before reading its range to the end (stop requested)."""
-        spec, recorder = self.spec, self._recorder
-        began, counts, last_read = time.monotonic(), SweepCounts(), None
-        recorder.sweep_began(hi)
-        span = PageRange(start, hi)
-        stream = PageStream(
-            self._reader,
-            span,
-            stop=self._stop.event,
-            budget=self._pages,
-            name=spec.alias,
-            backfill=gen.backfilling,
-        )
-        async with stream:
-            async for page in stream:
-                recorder.page_read(counts)
-                if not page.rows:
-                    continue
-                plan, keep_from = await self._decide(gen, stream, page)
-                del page  # acks take a while: meanwhile hold only the values
-                await self._deliver(gen, plan, counts)
-                self._page_done(gen, plan, keep_from)
-                last_read = plan.last
-                del plan  # not held while this table waits for its next page (and a slot)
-        self._failures.succeeded(FailureSource.KAFKA)  # everything read was acknowledged
-        recorder.sweep_ended(caught_up=stream.complete)
-        if not stream.complete:
-            return None
-        self._hooks.completed(hi)
-        recorder.phase("stream")
-        gen.sweep_read(last_read, phase="stream")
-        lag = max((self._clock.now() - parse_ts(hi)).total_seconds(), 0.0)
-        recorder.swept(counts, time.monotonic() - began, lag=lag, cursor=gen.cursor, hi=hi)
-        following = next_sweep_start(start, last_read, hi, spec.overlap_seconds)
-        # Entries older than the re-read window can never suppress a row again.
-        gen.dedup.evict_older_than(following.ts)
-        self._hooks.evict_older_than(following.ts)
-        return following
-
-    # ------------------------------------------------------------------ 3. pages
-
-    async def _decide(
-        self, gen: TableGeneration, stream: PageStream, page: FetchedPage
-    ) -> tuple[PagePlan, str]:
-        """What to emit of a page; the next page is asked for as soon as its start is known."""
-        spec, hooks, rows, hi = self.spec, self._hooks, page.rows, stream.span.hi
-        skip = await hooks.prepare(rows)
-        positions = page_positions(
-            spec, hooks.shaper, rows, after=page.after, hi=hi, previous=page.previous
-        )
-        last = positions[-1]
-        if page.full and not self._stop.is_set():
-            stream.read_after(Position(*last))
-        # Neither this sweep nor the next reads below min(this row, HI - overlap), so rows
-        # older than that need no dedup entry: a long backfill stays small.
-        keep_from = min(last[0], Position(hi, "").minus(spec.overlap_seconds).ts)
-        plan = plan_page(
-            spec,
-            hooks.shaper,
-            rows,
-            positions,
-            phase="backfill" if page.full else "stream",
-            cursor=gen.cursor,
-            late_floor=gen.late_floor,
-            dedup=gen.dedup,
-            keep_from=keep_from,
-            skip=skip,
-        )
-        return plan, keep_from
-
-    async def _deliver(self, gen: TableGeneration, plan: PagePlan, counts: SweepCounts) -> None:
-        """Deliver a page, then commit its acknowledged prefix with one offset write.
-
-        The page is acknowledged before the next one is sent: at most one page of records per
-        table is unacknowledged, and the offset is queued as soon as the acks allow it.
-        """
-        caps_before = gen.dedup.evictions_by_cap
-        ack: PageAck | None = None
-        if plan.emits:
-            with self._failures.acks_overdue(self.spec, len(plan.emits)):
-                ack = await self._delivery.deliver_page(plan)
-            if ack is None:
-                # Stopping, the deadline passed with records unacknowledged: the drain says so.
-                raise StoppedError("stop requested while records were unacknowledged")
-        assert plan.cursor is not None
-        gen.cursor = plan.cursor
-        self._recorder.evicted(gen.dedup.evictions_by_cap - caps_before, gen.dedup.max_entries)
-        if emitted := (ack.acked if ack is not None else 0):
-            # Only the contiguous acknowledged prefix: an unacknowledged record holds back
-            # every later offset of the table.
-            gen.commit(plan.emits[emitted - 1].offset)
-        self._recorder.page_delivered(counts, plan.cursor, plan, ack)
-        failures.refused(self.spec, plan, ack)
-
-    def _page_done(self, gen: TableGeneration, plan: PagePlan, keep_from: str) -> None:
-        self._failures.succeeded(FailureSource.KAFKA)
-        gen.dedup.evict_older_than(keep_from)
-        metrics.DEDUP_ENTRIES.labels(table=self.spec.alias).set(len(gen.dedup))
-        if plan.phase == "backfill":  # a full page: more rows wait behind it
-            self._recorder.backfilling(
-                (self._clock.now() - parse_ts(gen.cursor.ts)).total_seconds()
-            )
 
 
 async def _no_count() -> int | None:

@@ -14,7 +14,6 @@ when the deadline passes first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import replace
 
 from snowsource.core.cursor import Position, first_sweep_start
@@ -56,8 +55,11 @@ class TableGeneration:
         )
         self.dedup = DedupCache(spec.dedup_max_entries)
         self.committer = Committer(offsets, spec.partition, stop, self._written)
-        #: Called after each offset write (the sliced backfill waits for its first one).
-        self.on_committed: Callable[[], None] | None = None
+        #: Set once the table has a committed offset: loaded, or written by this generation
+        #: (a sliced backfill produces ahead of its prefix only then).
+        self.has_offset = asyncio.Event()
+        if committed is not None:
+            self.has_offset.set()
         self._committed = committed
         self._recorder = recorder
         self._stop = stop
@@ -68,8 +70,7 @@ class TableGeneration:
 
     def _written(self, offset: SourceOffset) -> None:
         self._recorder.committed(offset)
-        if self.on_committed is not None:
-            self.on_committed()
+        self.has_offset.set()
 
     def commit(self, offset: SourceOffset) -> None:
         """Queue ``offset``, the last of a page's acknowledged prefix, behind earlier ones."""

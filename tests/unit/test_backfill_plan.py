@@ -3,7 +3,8 @@
 A model of the instance (keyset pages over a sorted row set, access rules hiding rows after the
 limit applies) answers the plan's fetches; hypothesis draws the schedule: which fetch arrives
 next (ranges in any order), acks whole or in part, transient fetch failures, a failure of the
-table, a stop, free page slots and contention. On every step the committed offset (what
+table, a stop, free page slots, contention and the page size (halved at times, as the engine
+does when the instance runs out of time). On every step the committed offset (what
 ``advance`` returns) never moves back and never passes a row Kafka has not acknowledged; at the
 end every visible row was read exactly once, or the plan says why it ended early; the plan
 never sits still while it says it is running.
@@ -70,6 +71,18 @@ def test_each_reader_has_one_fetch_and_the_slots_bound_them() -> None:
     assert [f.reader for f in plan.next_fetches(5, contended=False)] == [3]
     assert plan.next_fetches(5, contended=False) == []  # every reader has its fetch
     assert plan.in_flight() == 4
+
+
+def test_fetches_reserve_the_page_size_they_are_asked_with() -> None:
+    plan = plan_for(40, slices=2, limit=5, max_ahead=1000)
+    (first,) = plan.next_fetches(1, contended=False)
+    assert first.limit == 5
+    # The engine halved its page size (the instance ran out of time): later fetches reserve it.
+    (second,) = plan.next_fetches(1, contended=False, page_rows=2)
+    assert second.limit == 2
+    assert second.range.reserved == 2
+    assert plan.on_page(second, [(ts(21), "a"), (ts(22), "b")]) == 2
+    assert not second.range.finished, "a page of the new size is full"
 
 
 def test_contended_only_the_first_reader_starts_a_range() -> None:
@@ -141,6 +154,7 @@ class World:
     plan: BackfillPlan
     rows: list[Key]
     hidden: set[Key]
+    limit: int  # the table's page size (the engine may halve it)
     in_flight: list[Fetch] = field(default_factory=list)
     # Pages read and not acknowledged, per range, oldest first (a range's pages are produced in
     # order; ranges are acknowledged in any order).
@@ -167,7 +181,9 @@ def tables(draw: st.DrawFn) -> tuple[list[Key], set[Key], int]:
 def _step(world: World, rnd: random.Random, *, mischief: bool) -> None:
     """One event of the schedule."""
     plan = world.plan
-    for fetch in plan.next_fetches(rnd.randint(0, 3), contended=rnd.random() < 0.3):
+    # The engine halves its page size when the instance runs out of time, and grows it back.
+    size = rnd.choice((world.limit, max(1, world.limit // 2)))
+    for fetch in plan.next_fetches(rnd.randint(0, 3), contended=rnd.random() < 0.3, page_rows=size):
         world.in_flight.append(fetch)
     choices = ["arrive"] * bool(world.in_flight) + ["ack"] * bool(world.pages())
     if not choices:
@@ -239,7 +255,7 @@ def test_random_schedules_keep_every_promise(  # noqa: PLR0917 - one argument pe
     rows, hidden, seconds = table
     visible = [k for k in rows if k not in hidden]
     plan = plan_for(seconds, slices=slices, limit=limit, max_ahead=max_ahead, per_slice=per_slice)
-    world = World(plan, rows, hidden)
+    world = World(plan, rows, hidden, limit)
     for step in range(20_000):
         if step == stop_at and mischief:
             plan.stop()

@@ -230,3 +230,37 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_a_granted_one_passes_its_
     assert (budget.free, budget.waiting) == (1, 0), "c's slot was given back"
     budget.release()
     assert budget.free == 2
+
+
+async def test_a_sliced_backfill_holds_no_page_outside_its_slots(world: World) -> None:
+    # One table read by four slices, four slots, acks held back: whatever the slices read
+    # ahead, decoded rows and planned records are held only by pages that hold a slot.
+    world.emu.seed(tables=("incident",), rows=300)
+    budget, batch = PageBudget(4), 10
+    held = _Held(budget)
+    source, sink = _CountingSource(world.client, held), _HeldSink(held)
+    poller = Poller(
+        make_spec("incident", snow_url=world.url, batch_size=batch, backfill_slices=4),
+        client=source,
+        sink=sink,
+        store=FakeStore(),
+        clock=InstanceClock(),
+        retry=RetryPolicy(0.01, 0.05),
+        stop=StopSignal(),
+        pages=budget,
+    )
+    gc.disable()  # a page kept alive by a reference cycle counts as held
+    try:
+        run = Running(poller)
+        while not poller.status.caught_up:
+            await poll_until(lambda: bool(sink.waiting) or poller.status.caught_up)
+            held.sample()
+            if sink.waiting:
+                sink.ack_oldest()
+    finally:
+        gc.enable()
+    assert sink.keys == {r["sys_id"].encode() for r in world.emu.rows("incident")}
+    assert batch <= held.decoded <= budget.slots * batch
+    assert batch <= held.planned <= budget.slots * batch
+    await run.finish()
+    assert budget.free == budget.slots

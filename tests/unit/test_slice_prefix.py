@@ -1,8 +1,9 @@
 """A sliced backfill's offsets: the prefix committed as it moves, a transaction's offset.
 
 With exactly-once a page's transaction commits the page and the prefix with it together, before
-the board hears of the page's acks; the transactional delivery keeps a later, lower offset from
-moving the offsets topic back (``tests/unit/test_txn_delivery.py``).
+the plan hears of the page's acks; it never carries an offset below the one committed last (the
+plan's ``advance`` is the one place the offset moves), and the transactional delivery keeps a
+later, lower offset from moving the offsets topic back (``tests/unit/test_txn_delivery.py``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from datetime import UTC, datetime
 import pytest
 import structlog
 
+from snowsource.core.backfill_plan import BackfillPlan
 from snowsource.core.cursor import Position
 from snowsource.core.offsets_codec import SourceOffset, SourcePartition
 from snowsource.core.slices import Backfill, SliceRange, shift_ts
 from snowsource.core.table_status import TableStatus
 from snowsource.engine.recorder import TableRecorder
-from snowsource.engine.slice_prefix import SlicePrefix
+from snowsource.engine.slice_prefix import SliceOffsets
 from snowsource.engine.table_generation import TableGeneration
 from snowsource.runtime.deadline import Deadline, StopSignal
 from tests.fakes import make_spec
@@ -36,7 +38,7 @@ class _NoOffsets:
         raise AssertionError("the committer does not run in these tests")
 
 
-def _prefix() -> tuple[SlicePrefix, TableGeneration, Backfill, SliceRange, SliceRange]:
+def _prefix() -> tuple[SliceOffsets, TableGeneration, Backfill, SliceRange, SliceRange]:
     spec = make_spec(backfill_slices=2, start_timestamp=T0)
     recorder = TableRecorder(spec.alias, TableStatus(), structlog.get_logger("test"))
     gen = TableGeneration(spec, None, offsets=_NoOffsets(), stop=StopSignal(), recorder=recorder)
@@ -45,7 +47,8 @@ def _prefix() -> tuple[SlicePrefix, TableGeneration, Backfill, SliceRange, Slice
     first, second = board.take(0), board.take(1)
     assert first is not None
     assert second is not None
-    prefix = SlicePrefix(spec, gen, recorder, lambda: datetime(2026, 1, 2, tzinfo=UTC))
+    plan = BackfillPlan(board, page_rows=2)
+    prefix = SliceOffsets(spec, gen, recorder, lambda: datetime(2026, 1, 2, tzinfo=UTC), plan)
     return prefix, gen, board, first, second
 
 
@@ -65,26 +68,30 @@ def test_a_transaction_carries_the_prefix_with_its_own_page_in() -> None:
     ahead = _page(board, second, (ts(25), "x"), (ts(26), "y"))
     assert ahead is not None
     # The first range holds it back: the offset stays at the sweep's start.
-    assert _at(prefix.for_transaction(board, second, ahead)) == (ts(0), "")
+    assert _at(prefix.for_transaction(second, ahead)) == (ts(0), "")
     last = _page(board, first, (ts(3), "a"), (ts(7), "b"))
     assert last is not None
-    offset = prefix.for_transaction(board, first, last)
+    offset = prefix.for_transaction(first, last)
     assert offset is not None
     assert (offset.timestamp, offset.sys_id, offset.phase) == (ts(7), "b", "backfill")
     assert first.pending == 1, "asking must not count the page as acknowledged"
 
 
-def test_a_later_transaction_may_carry_a_lower_prefix() -> None:
+def test_a_later_transaction_never_carries_less_than_the_committed_offset() -> None:
     prefix, _, board, first, second = _prefix()
     last = _page(board, first, (ts(3), "a"), (ts(7), "b"))
     assert last is not None
-    assert _at(prefix.for_transaction(board, first, last)) == (ts(7), "b")
-    # The second range's page commits before the board heard of the first page's acks: its
-    # prefix is the start again. Only the delivery knows whether the first one committed (an
-    # aborted one must not raise a floor), so it is the one that writes no lower offset.
+    assert _at(prefix.for_transaction(first, last)) == (ts(7), "b")
+    # The second range's page commits before the plan heard of the first page's acks: its
+    # prefix is the start again, and the delivery (which knows whether the first transaction
+    # committed; an aborted one must not raise a floor) writes no offset that low.
     ahead = _page(board, second, (ts(25), "x"), (ts(26), "y"))
     assert ahead is not None
-    assert _at(prefix.for_transaction(board, second, ahead)) == (ts(0), "")
+    assert _at(prefix.for_transaction(second, ahead)) == (ts(0), "")
+    # Once the first page's acks moved the committed offset, no transaction carries less.
+    board.acked(first, last)
+    prefix.moved()
+    assert _at(prefix.for_transaction(second, ahead)) == (ts(7), "b")
 
 
 def test_the_prefix_is_committed_once_each_time_it_moves(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,15 +100,15 @@ def test_the_prefix_is_committed_once_each_time_it_moves(monkeypatch: pytest.Mon
     monkeypatch.setattr(gen, "commit", committed.append)
     ahead = _page(board, second, (ts(25), "x"), (ts(26), "y"))
     board.acked(second, ahead)
-    prefix.moved(board)
+    prefix.moved()
     assert committed == []  # the first range holds it back
     last = _page(board, first, (ts(3), "a"), (ts(7), "b"))
     board.acked(first, last)
-    prefix.moved(board)
-    prefix.moved(board)
+    prefix.moved()
+    prefix.moved()
     assert [_at(o) for o in committed] == [(ts(7), "b")]
     assert gen.cursor == last
     _page(board, first)  # the first range ends: the second one's page joins the prefix
-    prefix.moved(board)
+    prefix.moved()
     assert [_at(o) for o in committed] == [(ts(7), "b"), (ts(26), "y")]
     assert gen.cursor == ahead
