@@ -143,7 +143,7 @@ def initial_ranges(
     spans = split_span(start, hi, pieces)
     if expected_rows is None or not page_rows:
         return [SliceRange(span.start, span.end) for span in spans]
-    worth = expected_rows // (page_rows * MIN_PAGES_PER_RANGE)
+    worth = int(expected_rows // (page_rows * MIN_PAGES_PER_RANGE))
     fits = -(-expected_rows * (slices - 1) // max(1, max_ahead))
     pieces = max(1, min(pieces, worth, max(fits, slices)))
     spans = split_span(start, hi, pieces)
