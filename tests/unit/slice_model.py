@@ -6,7 +6,14 @@ up to HI, every request takes ``latency`` (times a seeded jitter) and every prod
 acknowledged ``produce`` later. The slices follow ``engine/slices.py``: slice 0 reads the
 window's first page (counted, so the board knows the window's rows), then each slice takes a
 range, waits before each page until the board admits it (or leaves the range), asks its next
-page as soon as one arrives, and produces a page only once the page before it is acknowledged.
+page as soon as one arrives, and produces a page only once the page before it is acknowledged;
+each page holds a slot of the process's page budget (two per request that may be in flight)
+from before its request until it is acknowledged or dropped, and while the budget or the
+session pool is exhausted the slices after the first start no new range.
+
+What it leaves out: the instance's own queueing (2 nodes of 4 threads), Kafka's acknowledgement
+times under load, the adaptive page size. On the benchmark at 8 slices the model's figures are
+lower than the daemon's (docs/performance.md).
 
 Time is virtual: the event loop's clock jumps to the next timer whenever nothing is ready, so
 a run of hundreds of pages takes a fraction of a second and gives the same count every time.
@@ -109,6 +116,7 @@ class Model:
         produce: float = 0.05,
         jitter: float = 0.3,
         seed: int = 0,
+        requests_at_once: int = 8,
     ) -> None:
         self.rows, self.slices, self.page, self.max_ahead = rows, slices, page, max_ahead
         self.latency, self.produce_time, self.jitter = latency, produce, jitter
@@ -118,6 +126,13 @@ class Model:
         self.hi = format_ts(NOW)
         self.board: Backfill | None = None
         self._waiters: list[asyncio.Future[None]] = []
+        # The process's page budget (``engine/budget.py``: two pages per request in flight) and
+        # the session pool's limit: while either is exhausted, slices after the first start no
+        # new range (``engine/slices.py``, ``_while_contended``).
+        self._slots = 2 * requests_at_once
+        self._slot_waiters: list[asyncio.Future[None]] = []
+        self._at_once = requests_at_once
+        self._in_flight = 0
 
     def run(self) -> Run:
         with virtual_loop() as loop:
@@ -126,9 +141,30 @@ class Model:
         assert self.board is not None
         return Run(self.requests, seconds, len(self.board.ranges))
 
+    async def _acquire(self) -> None:
+        if self._slots > 0 and not self._slot_waiters:
+            self._slots -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        await waiter
+
+    def _release(self) -> None:
+        if self._slot_waiters:
+            self._slot_waiters.pop(0).set_result(None)
+        else:
+            self._slots += 1
+        self._wake()
+
+    def _contended(self) -> bool:
+        return self._in_flight >= self._at_once or bool(self._slot_waiters)
+
     async def _fetch(self, after: Position) -> tuple[list[Key], int]:
+        await self._acquire()
         self.requests += 1
+        self._in_flight += 1
         await asyncio.sleep(self.latency * (1 + self.jitter * self.rng.random()))
+        self._in_flight -= 1
         first = bisect.bisect_right(self.rows, (after.ts, after.id))
         end = bisect.bisect_right(self.rows, (self.hi, "\uffff"))
         return self.rows[first : min(end, first + self.page)], end - first
@@ -175,6 +211,9 @@ class Model:
         if given is not None:
             await self._read(given[0], producing, given[1])
         while True:
+            board = self.board
+            while index and self._contended() and not board.done() and not board.prefix_free():
+                await self._next_event()
             r = self.board.take(index)
             if r is None:
                 if self.board.all_read():
@@ -218,6 +257,8 @@ class Model:
                 return
             keep = board.arrived(r, keys, self.page)
             fetch = None if r.finished else asyncio.ensure_future(self._fetch_for(r))
+            if not keep:
+                self._release()
             if keep:
                 for task in producing:
                     await task
@@ -230,4 +271,5 @@ class Model:
         await asyncio.sleep(self.produce_time)
         self.delivered += len(keys)
         self.board.acked(r, Position(*keys[-1]))
+        self._release()
         self._wake()
