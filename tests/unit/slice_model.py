@@ -39,6 +39,7 @@ Key = tuple[str, str]
 NOW = parse_ts("2026-06-01 00:00:00")
 END = int(NOW.timestamp())
 SPAN = 30 * 86_400
+MOST_TAKES = 10_000  # takes of one slice in one backfill: far above any real schedule
 
 
 def rows_like_the_benchmark(count: int, *, skewed: bool, seed: int = 1) -> list[Key]:
@@ -210,7 +211,7 @@ class Model:
         producing: list[asyncio.Task[None]] = []
         if given is not None:
             await self._read(given[0], producing, given[1])
-        while True:
+        for _ in range(MOST_TAKES):  # a rule that takes and leaves for ever fails, not hangs
             board = self.board
             while index and self._contended() and not board.done() and not board.prefix_free():
                 await self._next_event()
@@ -221,6 +222,8 @@ class Model:
                 await self._next_event()
                 continue
             await self._read(r, producing)
+        else:
+            raise AssertionError(f"slice {index} took {MOST_TAKES} times: a take/leave loop")
         for task in producing:
             await task
 
