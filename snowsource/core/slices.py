@@ -42,20 +42,27 @@ row before it was in the page.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from snowsource.core.cursor import Position
+from snowsource.core.slice_cuts import aligned_seconds
+from snowsource.core.slice_range import (
+    MIN_PAGES_PER_RANGE,
+    SliceRange,
+    initial_ranges,
+    unread_pages,
+    worth_splitting,
+)
 from snowsource.core.slice_spans import (
     Span,
-    quantile_spans,
     seconds_between,
     shift_ts,
     split_span,
 )
 
 __all__ = [
+    "MIN_PAGES_PER_RANGE",
     "RANGES_PER_SLICE",
     "Backfill",
     "SliceProgress",
@@ -71,17 +78,9 @@ __all__ = [
 #: enough that a range is many pages.
 RANGES_PER_SLICE = 4
 
-#: Pages a range is cut to hold at least, when the backfill's row count is known: every range
-#: ends with a page that is partly the next range's (or an empty one), so a range of a few pages
-#: costs a share of a request each (SPEC §15.3: at most 1.05 requests per page of rows).
-MIN_PAGES_PER_RANGE = 10
 
 #: Unread pages a range must hold to be split for an idle slice, when the page size is known.
 MIN_SPLIT_PAGES = 4
-
-#: How far before a page's estimated end a split falls: rows are not spread evenly, and a
-#: split just after the end would cost a whole request of the next range's rows.
-SPLIT_MARGIN_PAGES = 0.3
 
 
 @dataclass(frozen=True)
@@ -94,65 +93,6 @@ class SliceProgress:
     rows_ahead: int
     covered: float  # share of the backfill's seconds read so far, 0..1
     hi: str
-
-
-class SliceRange:
-    """One range of a backfill and what its reader did with it (mutated by :class:`Backfill`)."""
-
-    __slots__ = (
-        "acked_to",
-        "broken",
-        "end",
-        "finished",
-        "page_seconds",
-        "pending",
-        "read_to",
-        "reader",
-        "reserved",
-        "rows",
-        "short",
-        "start",
-    )
-
-    def __init__(self, start: Position, end: str) -> None:
-        self.start = start
-        self.end = end
-        self.reader: int | None = None  # the slice reading it
-        self.read_to: Position | None = None  # the last row its pages returned (and kept)
-        self.acked_to: Position | None = None  # the last emitted row Kafka acknowledged
-        self.rows = 0  # rows its pages returned (and kept)
-        self.reserved = 0  # rows a page in flight may return
-        self.pending = 0  # pages read whose records are not acknowledged yet
-        self.finished = False  # no more pages: every row of the range was returned
-        self.page_seconds: int | None = None  # seconds its last full page spanned (density)
-        self.short = False  # its last page was short: little or nothing is left to read
-        self.broken = False  # a page was acknowledged only in part: the prefix never passes it
-
-    @property
-    def settled(self) -> bool:
-        """Read to its end and every record acknowledged."""
-        return self.finished and self.pending == 0 and not self.broken
-
-    @property
-    def after(self) -> Position:
-        """Where its next page starts."""
-        return self.read_to if self.read_to is not None else self.start
-
-    @property
-    def hi(self) -> str:
-        """The last second of the range: the bound of its count of rows hidden by ACLs (its
-        pages ask up to the backfill's ``HI``)."""
-        return shift_ts(self.end, -1)
-
-    def unread_seconds(self) -> int:
-        """Seconds not read yet, counting the second its reader stands in."""
-        return seconds_between(self.after.ts, self.end)
-
-    def __repr__(self) -> str:
-        return (
-            f"SliceRange({self.start.ts}/{self.start.id or '-'}..{self.end} reader={self.reader}"
-            f" rows={self.rows} finished={self.finished} pending={self.pending})"
-        )
 
 
 class Backfill:
@@ -184,19 +124,16 @@ class Backfill:
         self._page_size = page_rows
         # Known page size (the engine's boards): a split must save more than it costs.
         self._split_pages = 2 if page_rows is None else MIN_SPLIT_PAGES
-        pieces = slices * ranges_per_slice
-        spans = split_span(start, hi, pieces)
-        if expected_rows is not None and page_rows:
-            # Few ranges (each costs about half a request), but small enough that a range per
-            # slice fits in the max-ahead allowance (larger ones hold the slices at the limit).
-            worth = expected_rows // (page_rows * MIN_PAGES_PER_RANGE)
-            fits = -(-expected_rows * slices // max(1, max_ahead))
-            pieces = max(1, min(pieces, max(worth, fits)))
-            spans = split_span(start, hi, pieces)
-            if first_page_seconds is not None and pieces > 1:
-                density = page_rows / max(1, first_page_seconds)
-                spans = quantile_spans(start, hi, pieces, expected_rows, density) or spans
-        self.ranges = [SliceRange(span.start, span.end) for span in spans]
+        self.ranges = initial_ranges(
+            start,
+            hi,
+            slices=slices,
+            max_ahead=max_ahead,
+            pieces=slices * ranges_per_slice,
+            expected_rows=expected_rows,
+            page_rows=page_rows,
+            first_page_seconds=first_page_seconds,
+        )
         #: Slices that read at all: no more than the ranges the count made worth their
         #: requests (an extra slice would only split them again).
         self.readers = slices if expected_rows is None else min(slices, len(self.ranges))
@@ -288,7 +225,7 @@ class Backfill:
         seconds_a_page = self._seconds_a_page()
         free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
         candidates = [
-            r for r in self.ranges if _worth_splitting(r, seconds_a_page, self._split_pages)
+            r for r in self.ranges if worth_splitting(r, seconds_a_page, self._split_pages)
         ]
         if free is not None:
             # A free range further from the prefix than max_ahead rows would only fill the
@@ -296,32 +233,51 @@ class Backfill:
             before = self.ranges.index(free)
             candidates = [r for r in candidates if self.ranges.index(r) < before]
             if not candidates or not self._beyond_reach(before, seconds_a_page):
+                self._align(free)
                 free.reader = reader
                 return free
-        victim = max(candidates, key=lambda r: _unread_pages(r, seconds_a_page), default=None)
+        victim = max(candidates, key=lambda r: unread_pages(r, seconds_a_page), default=None)
         if victim is None:
             return None
-        middle = shift_ts(victim.after.ts, self._split_seconds(victim, seconds_a_page))
+        middle = shift_ts(victim.after.ts, self._split_seconds(victim))
         stolen = SliceRange(Position(middle, ""), victim.end)
+        stolen.cut_page_seconds = victim.seconds_a_page(self._page_size)
         stolen.reader = reader
         victim.end = middle
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
 
-    def _split_seconds(self, victim: SliceRange, seconds_a_page: float) -> int:
+    def _split_seconds(self, victim: SliceRange) -> int:
         """Where ``victim`` is split, in seconds after where its next page starts: at its
-        midpoint; when the page size and the range's density are known, a little before the
-        end of its page nearest the midpoint, so that its reader's last page there is mostly
-        its own (each range ends with a page that crosses into the next: a split at a page's
-        end costs no request, one in a page's middle about half a request)."""
-        half = victim.unread_seconds() // 2
-        if self._page_size is None or victim.page_seconds is None:
-            return half
-        pages = math.floor(_unread_pages(victim, seconds_a_page) / 2)
-        if pages < 1:
-            return half
-        aligned = math.floor((pages - SPLIT_MARGIN_PAGES) * victim.page_seconds)
-        return max(1, min(half, aligned))
+        midpoint; when its density is known, a little before the end of its reader's page
+        nearest the midpoint (``core.slice_cuts``: a split at a page's end costs no request,
+        one in a page's middle about half a request)."""
+        unread = victim.unread_seconds()
+        known = self._page_size is not None and victim.page_seconds is not None
+        spans = victim.seconds_a_page(self._page_size) if known else None
+        aligned = None if spans is None else aligned_seconds(unread // 2, unread - 1, spans)
+        return aligned or unread // 2
+
+    def _align(self, free: SliceRange) -> None:
+        """Before ``free`` is handed out, move its start to where the reader of the range
+        before it is expected to end a page (``core.slice_cuts``): that range's last page is
+        then nearly all its own. Only an untouched range moves, and only while the range
+        before it is still being read."""
+        index = self.ranges.index(free)
+        if index == 0 or self._page_size is None or not free.untouched() or free.start.id:
+            return
+        before = self.ranges[index - 1]
+        if before.finished or before.short or before.end != free.start.ts:
+            return
+        spans = before.seconds_a_page(self._page_size)
+        if spans is None:
+            return
+        after = before.after.ts
+        unread = seconds_between(after, free.start.ts)
+        cut = aligned_seconds(unread, seconds_between(after, free.end) - 1, spans)
+        if cut is not None:
+            before.end = shift_ts(after, cut)
+            free.start = Position(before.end, "")
 
     def should_leave(self, r: SliceRange) -> bool:
         """Whether ``r``'s reader should stop reading it for now and help nearer the prefix.
@@ -340,7 +296,7 @@ class Backfill:
         if not self._beyond_reach(index, seconds_a_page):
             return False
         before = self.ranges[self._prefix_index() : index]
-        return any(_worth_splitting(x, seconds_a_page, self._split_pages) for x in before)
+        return any(worth_splitting(x, seconds_a_page, self._split_pages) for x in before)
 
     def leave(self, r: SliceRange) -> None:
         """``r``'s reader stops reading it: it is free again, from where its pages ended, for
@@ -359,7 +315,7 @@ class Backfill:
         if self._page_rows is None:
             return False
         pages = sum(
-            _unread_pages(r, seconds_a_page)
+            unread_pages(r, seconds_a_page)
             for r in self.ranges[self._prefix_index() : index]
             if not r.finished
         )
@@ -511,18 +467,3 @@ class Backfill:
     def last_read(self) -> Position | None:
         """The furthest row any page returned: where a following sweep continues."""
         return max((r.read_to for r in self.ranges if r.read_to is not None), default=None)
-
-
-def _unread_pages(r: SliceRange, seconds_a_page: float) -> float:
-    """Pages ``r``'s unread part is expected to hold (from its own density when known)."""
-    spans = seconds_a_page if r.page_seconds is None else r.page_seconds
-    return r.unread_seconds() / spans if spans > 0 else float("inf")
-
-
-def _worth_splitting(r: SliceRange, seconds_a_page: float, least: float = 2) -> bool:
-    """Whether handing over half of ``r``'s unread part saves a slice any time: it holds at
-    least ``least`` pages (a split costs about half a request: each range ends with a page
-    that is partly the next one's)."""
-    if r.finished or r.short or r.unread_seconds() < 2:
-        return False
-    return _unread_pages(r, seconds_a_page) >= least

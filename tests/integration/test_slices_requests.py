@@ -48,15 +48,16 @@ async def _backfill_requests(env: Env, rows: int, slices: int) -> float:
     return requests / (total / PAGE)
 
 
-@pytest.mark.parametrize(("rows", "slices"), [(20_000, 4), (24_000, 4)])
+@pytest.mark.parametrize(("rows", "slices"), [(20_000, 4), (24_000, 4), (40_000, 8)])
 async def test_a_uniform_table_costs_at_most_1_05_requests_a_page(
     env: Env, rows: int, slices: int
 ) -> None:
     ratio = await _backfill_requests(env, rows, slices=slices)
-    # 1.05 is met on an idle machine (and by the benchmark: 1.050). On the loaded 2-core CI
-    # machine a slow slice lets an idle one split a range once more: one request, 1.075 at
-    # 40 pages (seen in CI). The bound below is what holds under load; 1.05 is not yet a
-    # promise there (the release notes say so).
+    # 1.05 is met on an idle machine (and by the benchmark at 4 slices). On the loaded 2-core
+    # CI machine a slow slice lets an idle one split a range once more: one request, 1.075 at
+    # 40 pages (seen in CI). Eight slices on 80 pages measured 1.050 and 1.0625 (eight ranges
+    # of ten pages, each ending on a short page). The bound below is what holds under load;
+    # 1.05 is not yet a promise there (the release notes say so).
     assert ratio <= 1.10, f"{ratio:.3f} requests per page of rows"
 
 
