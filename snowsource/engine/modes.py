@@ -19,6 +19,7 @@ from snowsource.engine.facade import Placement
 from snowsource.engine.generation import Generation, stop_generation
 from snowsource.engine.group_owner import UNASSIGNED, BuildPollers, GroupOwner, RunPollers
 from snowsource.engine.poller import Poller
+from snowsource.observability import metrics
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.tasks import TaskSet
 
@@ -110,10 +111,14 @@ class StaticTables:
             self._extra[alias] = self._spawn(specs, f"pollers:{alias}")
 
     async def remove(self, alias: str, deadline: Deadline) -> list[str]:
-        """Stop a table no longer discovered; its offsets stay where they are."""
-        self._discovered.pop(alias, None)
+        """Stop a table no longer discovered; its offsets stay where they are, its gauges go
+        (it no longer runs anywhere; in a group the owner's release drops them)."""
+        specs = self._discovered.pop(alias, [])
         generation = self._extra.pop(alias, None)
-        return await stop_generation(generation, deadline) if generation is not None else []
+        problems = await stop_generation(generation, deadline) if generation is not None else []
+        for spec in specs:
+            metrics.forget_table(spec.alias)
+        return problems
 
     def placement(self, alias: str) -> Placement:
         # Without a group a table runs in its own task's process, which REST does not know.

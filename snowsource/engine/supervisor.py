@@ -58,7 +58,6 @@ from snowsource.engine.table_specs import owned_specs, stream_specs
 from snowsource.engine.topic_watch import TopicWatch, run_watched
 from snowsource.engine.txn_delivery import Deliveries
 from snowsource.engine.wiring import Adapters, kafka_retries, registry_connection, snow_retry
-from snowsource.observability import metrics
 from snowsource.runtime.aio import done_before, first_error, together
 from snowsource.runtime.deadline import Deadline, StopSignal
 from snowsource.runtime.resource import AsyncResource
@@ -210,12 +209,10 @@ class Daemon:
         """Stop tables no longer discovered; their offsets stay (``offsets list``: orphaned)."""
         async with self._lock:
             for name in names:
-                streams = self._discovered.pop(name, [])
+                self._discovered.pop(name, None)
                 deadline = Deadline.after(self.settings.shutdown_timeout_seconds)
                 for problem in await self._mode.remove(name, deadline):
                     log.warning("a table no longer discovered stopped uncleanly", problem=problem)
-                for spec in streams:
-                    metrics.forget_table(spec.alias)
 
     # ----------------------------------------------------------------- the facade
 

@@ -214,6 +214,15 @@ async def test_unreadable_skipped_new_table_starts_removed_table_stops(
         row = next(r for r in env.emu.rows("sys_db_object") if r["name"] == "u_badge")
         env.emu.delete("sys_db_object", row["sys_id"])
         await poll_until(lambda: "u_badge" not in daemon.pollers, timeout=interval * 3 + 10)
+
+        def badge_state() -> float | None:
+            labels = {"table": "u_badge", "state": "RUNNING"}
+            return metrics.REGISTRY.get_sample_value("snowsource_table_state", labels)
+
+        # Its gauges go with it (a table that runs nowhere has no state); the others keep theirs.
+        await poll_until(lambda: badge_state() is None, timeout=10)
+        labels = {"table": "u_site", "state": "RUNNING"}
+        assert metrics.REGISTRY.get_sample_value("snowsource_table_state", labels) == 1
         for name in custom - {"u_badge"}:
             assert daemon.pollers[name] is before[name]  # the same generation, not restarted
             assert daemon.pollers[name].status.rows_emitted == emitted[name]  # nothing re-read
