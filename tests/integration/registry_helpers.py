@@ -23,7 +23,8 @@ class Reader:
     """Deserializes a topic's values with confluent-kafka's own deserializers."""
 
     def __init__(self, url: str, value_format: str) -> None:
-        self.client = SchemaRegistryClient({"url": url})
+        # confluent-kafka waits forever by default: a registry that hangs fails the test instead.
+        self.client = SchemaRegistryClient({"url": url, "timeout": 30})
         if value_format == "avro":
             self._deserializer: Any = AvroDeserializer(self.client)
         else:
