@@ -3,9 +3,13 @@ for a row it leaves to the general writer, which then writes fastavro's bytes to
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import shutil
 import string
+import sysconfig
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -60,14 +64,36 @@ _ODD = st.one_of(
 )
 
 
-def generated(schema: RecordSchema) -> RowEncoder:
+COMPILED = importlib.util.find_spec("snowsource.core._avro_rows_c") is not None
+# Both writers of the common row: the generated Python code and, where setup.py built it, the
+# compiled one; each is held to fastavro's bytes.
+IMPLEMENTATIONS = [
+    pytest.param(False, id="python"),
+    pytest.param(
+        True,
+        id="compiled",
+        marks=pytest.mark.skipif(not COMPILED, reason="no compiled writer was built"),
+    ),
+]
+
+
+def generated(schema: RecordSchema, compiled: bool = False) -> RowEncoder:
     return compile_encoder(
         schema.fields,
         frame(1),
         unparsed=schema.unparsed,
         writer=kind_writer,
         timestamps=timestamp_writer(),
+        compiled=compiled,
     )
+
+
+def test_the_compiled_writer_is_built_where_a_compiler_is() -> None:
+    # setup.py's extension is optional: a failing build would otherwise go unnoticed.
+    headers = Path(sysconfig.get_paths()["include"], "Python.h")
+    if shutil.which("gcc") is None or not headers.exists():
+        pytest.skip("no C compiler or no Python headers: the generated Python code is used")
+    assert COMPILED, "make install did not build snowsource/core/_avro_rows_c.c"
 
 
 def fastavro_value(schema: RecordSchema, row: dict[str, Any]) -> bytes:
@@ -81,10 +107,13 @@ def fastavro_value(schema: RecordSchema, row: dict[str, Any]) -> bytes:
 @given(
     st.fixed_dictionaries({column: st.one_of(_VALID[kind], _ODD) for column, kind in TYPES.items()})
 )
-def test_every_complete_row_is_fastavros_bytes_by_either_writer(row: dict[str, str]) -> None:
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_every_complete_row_is_fastavros_bytes_by_either_writer(
+    compiled: bool, row: dict[str, str]
+) -> None:
     value, failed = SchemaWriter(SCHEMA, 1, "avro").encode(row)
     assert value == fastavro_value(SCHEMA, row)
-    fast = generated(SCHEMA)(row)
+    fast = generated(SCHEMA, compiled)(row)
     # The generated code writes every row whose values all convert, and no other.
     assert (fast is None) == bool(failed)
     if fast is not None:
@@ -116,20 +145,22 @@ def test_date_times_of_a_remembered_hour_are_fastavros_bytes(
         {"priority": "n/a"},  # does not convert
     ],
 )
-def test_other_rows_are_left_to_the_general_writer(change: dict[str, Any]) -> None:
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_other_rows_are_left_to_the_general_writer(compiled: bool, change: dict[str, Any]) -> None:
     row: dict[str, Any] = {
         column: "1" if kind in ("integer", "longint") else "" for column, kind in TYPES.items()
     }
-    assert generated(SCHEMA)(row) is not None
+    assert generated(SCHEMA, compiled)(row) is not None
     odd = {**row, **change}
-    assert generated(SCHEMA)(odd) is None
+    assert generated(SCHEMA, compiled)(odd) is None
     value, _ = SchemaWriter(SCHEMA, 1, "avro").encode(odd)
     assert value == fastavro_value(SCHEMA, odd)
 
 
-def test_a_missing_column_is_left_to_the_general_writer() -> None:
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_a_missing_column_is_left_to_the_general_writer(compiled: bool) -> None:
     row = dict.fromkeys((c for c in TYPES if c != "due"), "")
-    assert generated(SCHEMA)(row) is None
+    assert generated(SCHEMA, compiled)(row) is None
     assert SchemaWriter(SCHEMA, 1, "avro").encode(row)[0] == fastavro_value(SCHEMA, row)
 
 
@@ -140,16 +171,18 @@ def test_remembered_texts_stay_bounded() -> None:
     assert 0 < len(writer) <= 8192
 
 
-def test_a_schema_without_fields_writes_the_unparsed_map_only() -> None:
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_a_schema_without_fields_writes_the_unparsed_map_only(compiled: bool) -> None:
     schema = RecordSchema("t", ())
-    assert generated(schema)({}) == frame(1) + b"\x00"
-    assert generated(schema)({"a": "x"}) is None
+    assert generated(schema, compiled)({}) == frame(1) + b"\x00"
+    assert generated(schema, compiled)({"a": "x"}) is None
     assert SchemaWriter(schema, 1, "avro").encode({"a": "x"})[0] == fastavro_value(
         schema, {"a": "x"}
     )
 
 
-def test_values_read_back_as_the_typed_row() -> None:
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_values_read_back_as_the_typed_row(compiled: bool) -> None:
     row = {
         "sys_id": "a" * 32,
         "number": "INC0010001",
@@ -164,7 +197,7 @@ def test_values_read_back_as_the_typed_row() -> None:
         "caller_id.name": "Fred",
     }
     for _ in range(2):  # the second row's hour is remembered
-        value = generated(SCHEMA)(row)
+        value = generated(SCHEMA, compiled)(row)
         assert value is not None
         parsed = fastavro.parse_schema(avro_schema(SCHEMA))
         back = fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed, None)
@@ -182,6 +215,27 @@ def test_values_read_back_as_the_typed_row() -> None:
             "sys_updated_on": datetime(2026, 9, 29, 7, 30, 42, tzinfo=UTC),
             "__unparsed": {},
         }
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled writer was built")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 10_000,  # beyond the generated code's table of string headers
+        "é" * 5000 + "\U0001f600",  # UTF-8 longer than the text
+        "",
+    ],
+)
+def test_the_compiled_writer_writes_long_and_non_ascii_strings(text: str) -> None:
+    row = {
+        "sys_id": "a" * 32,
+        "number": text,
+        "caller_id": text,
+        "opened_at": "0001-01-01 00:00:00",
+    }
+    schema = derive("t", row, {**TYPES, "opened_at": "glide_date_time"})
+    value = generated(schema, compiled=True)(row)
+    assert value == SchemaWriter(schema, 1, "avro").encode(row)[0] == fastavro_value(schema, row)
 
 
 @given(st.integers(1 << 28, 1 << 62))
