@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from snowsource.engine.supervisor import Daemon
 from snowsource.runtime.deadline import Deadline
 from tests.integration.conftest import Env
 from tests.integration.engine import caught_up, read_topic, running, status
 from tests.integration.registry_helpers import Reader
-from tests.integration.test_rest import rest_settings
+from tests.integration.test_rest import group_settled, rest_settings
 from tests.polling import poll_until
 from tests.registry_support import LocalRegistry
 
@@ -51,11 +50,6 @@ async def test_exactly_once_with_avro_emits_nothing_twice(
     assert texts == Counter(f"row {i}" for i in range(60))
 
 
-def _shared(a: Daemon, b: Daemon) -> bool:
-    mine_a, mine_b = set(a.pollers), set(b.pollers)
-    return not mine_a & mine_b and mine_a | mine_b == set(ALIASES) and bool(mine_a and mine_b)
-
-
 async def test_group_members_share_avro_tables(env: Env, schema_registry: LocalRegistry) -> None:
     env.emu.seed(tables=("incident",), rows=40)
     tables = {
@@ -68,7 +62,7 @@ async def test_group_members_share_avro_tables(env: Env, schema_registry: LocalR
         **{"value.format": "avro", "schema.registry": {"url": schema_registry.url}},
     )
     async with running(settings) as a, running(settings) as b:
-        await poll_until(lambda: _shared(a, b), timeout=60, interval=0.1)
+        await poll_until(lambda: group_settled(a, b, ALIASES), timeout=60, interval=0.1)
 
         def all_caught_up() -> bool:
             return caught_up(a, *a.pollers)() and caught_up(b, *b.pollers)()

@@ -14,7 +14,15 @@ from snowsource.engine.supervisor import Daemon
 from snowsource.observability import metrics
 from tests.integration.conftest import Env
 from tests.integration.engine import running
-from tests.integration.test_rest import base_url, call, offset, rest_of, rest_settings, spec_of
+from tests.integration.test_rest import (
+    base_url,
+    call,
+    group_settled,
+    offset,
+    rest_settings,
+    spec_of,
+    worker_of,
+)
 from tests.polling import poll_until
 
 ALIASES = [f"ends{digit}" for digit in range(1, 7)]
@@ -28,24 +36,6 @@ async def http() -> AsyncIterator[ClientSession]:
 
 def _tables() -> dict[str, dict[str, Any]]:
     return {alias: {"name": "incident", "query": f"numberENDSWITH{alias[-1]}"} for alias in ALIASES}
-
-
-def _worker(daemon: Daemon) -> str:
-    return f"127.0.0.1:{rest_of(daemon).port}"
-
-
-def _settled(a: Daemon, b: Daemon) -> bool:
-    """Both members were planned together: they agree on every table's owner, and each table
-    runs at its owner only. Member keys are random, so the plan may give one member all six
-    tables (about one run in 32): the test then stops the member that has tables."""
-    workers = {_worker(a): a, _worker(b): b}
-    for alias in ALIASES:
-        owner = a.placement(alias).worker_id
-        if owner is None or owner != b.placement(alias).worker_id or owner not in workers:
-            return False
-        if any((alias in d.pollers) != (w == owner) for w, d in workers.items()):
-            return False
-    return True
 
 
 async def _tables_seen(http: ClientSession, daemon: Daemon) -> dict[str, dict[str, Any]]:
@@ -63,14 +53,15 @@ async def test_any_member_shows_every_table_and_acts_on_its_own(
         env, _tables(), **{"tasks.assignment": "group", "group.session.timeout.ms": 6000}
     )
     async with running(settings) as first, running(settings) as second:
-        await poll_until(lambda: _settled(first, second), timeout=60, interval=0.1)
-        # a: a member that runs tables (the one stopped first); b: the other.
+        await poll_until(lambda: group_settled(first, second, ALIASES), timeout=60, interval=0.1)
+        # a: a member that runs tables (the one stopped first); b: the other, which the
+        # plan may have left without any.
         a, b = (first, second) if first.pollers else (second, first)
         seen = await _tables_seen(http, a)
         assert set(seen) == set(ALIASES)
         for alias in ALIASES:
             owner = a if alias in a.pollers else b
-            assert seen[alias]["worker_id"] == _worker(owner), (alias, seen[alias])
+            assert seen[alias]["worker_id"] == worker_of(owner), (alias, seen[alias])
 
         # stop on a: only a's tables stop; b shows them STOPPED under a's worker id.
         a_tables, b_tables = set(a.pollers), set(b.pollers)
@@ -88,7 +79,7 @@ async def test_any_member_shows_every_table_and_acts_on_its_own(
         async def b_sees_a_stopped() -> bool:
             tables = await _tables_seen(http, b)
             return all(
-                tables[t]["state"] == "STOPPED" and tables[t]["worker_id"] == _worker(a)
+                tables[t]["state"] == "STOPPED" and tables[t]["worker_id"] == worker_of(a)
                 for t in a_tables
             )
 
@@ -108,7 +99,7 @@ async def test_any_member_shows_every_table_and_acts_on_its_own(
         }
         status, body = await call(http, "PATCH", f"{base_url(a)}/offsets", patch)
         assert status == 400
-        assert _worker(b) in body["message"], body
+        assert worker_of(b) in body["message"], body
         assert await call(http, "PUT", f"{base_url(b)}/stop") == (204, None)
 
         async def patched() -> bool:

@@ -53,6 +53,25 @@ def rest_of(daemon: Daemon) -> RestServer:
     return daemon.api
 
 
+def worker_of(daemon: Daemon) -> str:
+    """The daemon's REST worker id, as the group reports it."""
+    return f"127.0.0.1:{rest_of(daemon).port}"
+
+
+def group_settled(a: Daemon, b: Daemon, aliases: list[str]) -> bool:
+    """Both members were planned together: they agree on every table's owner, and each table
+    runs at its owner only. Member keys are random, so the plan may give one member every
+    table (for six tables about one run in 32): callers must not assume both run some."""
+    workers = {worker_of(a): a, worker_of(b): b}
+    for alias in aliases:
+        owner = a.placement(alias).worker_id
+        if owner is None or owner != b.placement(alias).worker_id or owner not in workers:
+            return False
+        if any((alias in d.pollers) != (w == owner) for w, d in workers.items()):
+            return False
+    return True
+
+
 def base_url(daemon: Daemon) -> str:
     return f"{rest_of(daemon).url}/connectors/{daemon.settings.name}"
 
