@@ -44,6 +44,8 @@ class DaemonRun:
     rss_samples: list[tuple[float, float]]
     emulator_cpu: float  # emulator CPU seconds over ``wall``
     page_requests: int = 0  # keyset page requests from the first to every row in Kafka
+    # Of those, the backfill's (SPEC §15.3), when one table was read: the pages up to its HI.
+    backfill_page_requests: int = 0
 
 
 def config(
@@ -95,8 +97,10 @@ def _command() -> list[str]:
     return [sys.executable, "-m", "snowsource"]
 
 
-async def _stats(session: aiohttp.ClientSession, control: str) -> dict[str, float]:
-    async with session.get(f"{control}/stats") as resp:
+async def _stats(
+    session: aiohttp.ClientSession, control: str, params: dict[str, str] | None = None
+) -> dict[str, float]:
+    async with session.get(f"{control}/stats", params=params) as resp:
         result: dict[str, float] = await resp.json()
         return result
 
@@ -240,7 +244,10 @@ async def _measure(
         done = time.perf_counter()
         cpu = cpu_seconds(pid) - page_cpu
         _, peak = memory_mib(pid)
-        final = await _stats(session, control)
+        # One table read: its backfill's own page requests, counted from this run's first.
+        tables = {t.rsplit(".", 1)[-1] for t in topics}
+        params = {"table": next(iter(tables)), "since": str(int(before["requests"]))}
+        final = await _stats(session, control, params if len(tables) == 1 else None)
         emulator_cpu = final["cpu"] - emulator_cpu
         page_requests = int(final["pages"] - before["pages"])
         if after is not None:
@@ -259,4 +266,5 @@ async def _measure(
         rss_samples=samples,
         emulator_cpu=emulator_cpu,
         page_requests=page_requests,
+        backfill_page_requests=int(final.get("backfill_pages", 0)),
     )

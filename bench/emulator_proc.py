@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import gc
 import random
+import re
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -76,13 +77,38 @@ def _per_window(emu: Emulator, requests: list[Request]) -> dict[str, int]:
     return counts
 
 
+_HI = re.compile(r"<=(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+
+
+def _backfill_pages(requests: list[Request], table: str) -> int:
+    """The keyset page requests of ``table``'s backfill among ``requests`` (SPEC §15.3: every
+    page request from the backfill's first to its last): those up to the first page's
+    high-water mark. Every page of one backfill, sliced or not, has the same one; the sweep and
+    the polls after it have later ones (the emulator's clock follows the wall clock here)."""
+    pages = [
+        r
+        for r in requests
+        if r.table == table
+        and "/stats/" not in r.path  # not the Aggregate API's counts
+        and "ORDERBY" in r.params.get("sysparm_query", "")
+    ]
+    marks = [_HI.search(r.params["sysparm_query"]) for r in pages]
+    if not marks or marks[0] is None:
+        return 0
+    first = marks[0].group(1)
+    return sum(1 for mark in marks if mark is not None and mark.group(1) == first)
+
+
 async def _serve(emu: Emulator, report: dict[str, float]) -> None:
     async def stats(request: web.Request) -> web.Response:
         table_requests = [r for r in emu.journal if r.table]
         body = {
             "requests": len(table_requests),
-            # Keyset pages (the clock probe before them carries no query).
-            "pages": sum(1 for r in table_requests if "sysparm_query" in r.params),
+            # Keyset pages (the clock probe before them carries no query; the Aggregate API's
+            # counts are not pages).
+            "pages": sum(
+                1 for r in table_requests if "sysparm_query" in r.params and "/stats/" not in r.path
+            ),
             "cpu": time.process_time(),
             "responses_429": sum(1 for r in table_requests if r.status == 429),
             # Requests per rate-limit window (emulator epoch // window), when a rule is set.
@@ -100,6 +126,8 @@ async def _serve(emu: Emulator, report: dict[str, float]) -> None:
             body["table_pages"] = sum(
                 1 for r in table_requests if r.table == wanted and "sysparm_query" in r.params
             )
+            since = int(request.query.get("since", "0"))
+            body["backfill_pages"] = _backfill_pages(table_requests[since:], wanted)
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     control = web.Application()

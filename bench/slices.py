@@ -108,8 +108,12 @@ def run_case(name: str, runs: int, bootstrap: str, workdir: Path) -> dict[str, A
                         "peak_rss_mib": measured.peak_rss_mib,
                         "daemon_cpu": measured.cpu / measured.wall,
                         "emulator_cpu": measured.emulator_cpu / measured.wall,
-                        # SPEC §15.3: page requests per full page of rows delivered.
-                        "requests_per_page": measured.page_requests / (rows[table] / BATCH),
+                        # SPEC §15.3: the backfill's page requests (its first to its
+                        # last) per full page of rows delivered; and every page request to
+                        # every row in Kafka (the sweep and polls after the backfill too).
+                        "requests_per_page": measured.backfill_page_requests
+                        / (rows[table] / BATCH),
+                        "all_requests_per_page": measured.page_requests / (rows[table] / BATCH),
                     }
                 )
                 if run == 0:
@@ -136,6 +140,7 @@ def table(result: dict[str, Any]) -> str:
         "daemon CPU",
         "emulator CPU",
         "requests/page",
+        "(to all in Kafka)",
         "same records as 1 slice",
     ]
     rows = [header]
@@ -149,6 +154,7 @@ def table(result: dict[str, Any]) -> str:
                 f"{_median(result, label, 'daemon_cpu'):.0%}",
                 f"{_median(result, label, 'emulator_cpu'):.0%}",
                 f"{_median(result, label, 'requests_per_page'):.3f}",
+                f"{_median(result, label, 'all_requests_per_page'):.3f}",
                 "yes" if result["same"].get(label) else "NO",
             ]
         )
