@@ -133,11 +133,11 @@ def _read_until(master: int, marker: bytes, seen: bytearray, timeout: float) -> 
 
 
 def _read_until_true(
-    master: int, done: Callable[[bytes], bool], seen: bytearray, timeout: float
+    master: int, done: Callable[[bytearray], bool], seen: bytearray, timeout: float
 ) -> bool:
     """Read the terminal into ``seen`` until ``done(seen)``, it closes or time runs out."""
     deadline = time.monotonic() + timeout
-    while not done(bytes(seen)):
+    while not done(seen):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
@@ -147,9 +147,9 @@ def _read_until_true(
         try:
             chunk = os.read(master, 65536)
         except OSError:  # the terminal closed: every process on it ended
-            return done(bytes(seen))
+            return done(seen)
         if not chunk:
-            return done(bytes(seen))
+            return done(seen)
         seen += chunk
     return True
 
@@ -157,7 +157,7 @@ def _read_until_true(
 FOOTER = b"Ctrl-C stops the demo"
 
 
-def _every_table_streams(text: bytes) -> bool:
+def _every_table_streams(text: bytearray) -> bool:
     """The last whole frame (the lines between the last two footers) shows only streaming
     tables: none waiting for its first rows and none in backfill (whose line shows a rate)."""
     frames = text.split(FOOTER)
@@ -188,7 +188,7 @@ async def test_ctrl_c_ends_make_demo_with_exit_0(
     proc, master = await asyncio.to_thread(_make_demo_in_a_terminal, env)
     seen = bytearray()
     try:
-        started = await asyncio.to_thread(_read_until, master, b"Ctrl-C stops the demo", seen, 90)
+        started = await asyncio.to_thread(_read_until, master, FOOTER, seen, 90)
         assert started, seen.decode("utf-8", "replace")[-3000:]
         # Every table, the discovered ones too, streams: the demo's exit code says whether each
         # delivered rows, so Ctrl-C before that would be a "PROBLEM" by design. The terminal
