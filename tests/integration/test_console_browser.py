@@ -158,7 +158,9 @@ async def test_a_live_backfill_shows_progress_eta_and_rows_per_second(env: Env) 
     env.emu.seed(tables=aliases, rows=6000)
     env.emu.latency_ms = 200  # 60 pages a table: a backfill of several polls of the page
     tables = {alias: {"name": alias} for alias in aliases}
-    settings = rest_settings(env, tables, **{"batch.size": 100})
+    # One slice: at the default four, 60 pages take about three seconds, which a loaded
+    # machine can finish before the console has the two rates an ETA needs.
+    settings = rest_settings(env, tables, **{"batch.size": 100, "backfill.slices": 1})
     async with running(settings) as daemon, system_chromium() as browser:
         page, problems = await open_console(browser, rest_of(daemon).url)
         incident = card(page, "incident")
