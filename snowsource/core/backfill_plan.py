@@ -28,11 +28,12 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from snowsource.core.cursor import Position
 from snowsource.core.slices import Backfill, SliceProgress, SliceRange
 
-__all__ = ["BackfillPlan", "Fetch", "Outcome", "RangeState", "Status"]
+__all__ = ["BackfillPlan", "Fetch", "Kept", "Outcome", "RangeState", "Status"]
 
 #: Pages of one range read but not acknowledged while its next page is fetched: one being
 #: produced and one arriving (SPEC §5 pipelining, per slice as per pager).
@@ -69,7 +70,8 @@ class Outcome:
 
 @dataclass(frozen=True, eq=False)
 class Fetch:
-    """A page to ask for: ``after`` up to the backfill's ``hi``, at most ``limit`` rows."""
+    """A page to ask for: ``after`` up to the backfill's ``hi``, at most ``limit`` rows, the
+    first ``skip`` of them skipped (``sysparm_offset``: a page placing its range)."""
 
     range: SliceRange
     reader: int
@@ -77,6 +79,16 @@ class Fetch:
     end_hi: str  # the range's last second when asked (the bound of its hidden-rows count)
     hi: str
     limit: int
+    skip: int = 0
+    placing: bool = False  # the range's first page, which places it (``core.slice_place``)
+
+
+class Kept(NamedTuple):
+    """The rows of a page that are its range's: ``rows`` of them from index ``first`` on (a
+    placing page's rows before its range's start are the ranges' before it)."""
+
+    first: int
+    rows: int
 
 
 class BackfillPlan:
@@ -135,6 +147,7 @@ class BackfillPlan:
         """
         if page_rows is not None:
             self.page_rows = page_rows
+            self.board.page_rows_now(page_rows)
         if self._stopped or self._broken is not None:
             return []
         fetches: list[Fetch] = []
@@ -171,7 +184,7 @@ class BackfillPlan:
     def _may_ask(self, r: SliceRange) -> bool:
         if r.pending >= PAGES_AHEAD:
             return False
-        return self.board.holds_prefix(r) or self.board.may_fetch(r, self.page_rows)
+        return self.board.may_fetch(r, self.page_rows)
 
     def _after_failure(self, r: SliceRange) -> bool:
         """Whether ``r`` is, or lies after, a range that failed the table."""
@@ -181,7 +194,8 @@ class BackfillPlan:
         return any(self.board.ranges.index(x) <= index for x in self._failing.values())
 
     def _ask(self, reader: int, r: SliceRange, limit: int) -> Fetch:
-        fetch = Fetch(r, reader, r.after, r.hi, self.board.hi, limit)
+        after, skip = self.board.ask(r)
+        fetch = Fetch(r, reader, after, r.hi, self.board.hi, limit, skip, r.floating)
         self.board.reserve(r, limit)
         self._reading[reader] = r
         self._in_flight[reader] = fetch
@@ -189,12 +203,15 @@ class BackfillPlan:
 
     # ------------------------------------------------------------------ what happened
 
-    def on_page(self, fetch: Fetch, keys: Sequence[tuple[str, str]]) -> int:
-        """A fetched page's rows are at ``keys`` (cursor order): how many belong to its range
-        (a page that reaches past the range's end finishes it, and the rest is the next
-        range's). Each kept page awaits one :meth:`on_ack`."""
+    def on_page(self, fetch: Fetch, keys: Sequence[tuple[str, str]]) -> Kept:
+        """A fetched page's rows are at ``keys`` (cursor order): which belong to its range (a
+        page that reaches past the range's end finishes it, and the rest is the next range's;
+        a placing page's rows before where it places its range are the ranges' before it).
+        Each page with a row kept awaits one :meth:`on_ack`."""
         self._done(fetch)
-        return self.board.arrived(fetch.range, keys, fetch.limit)
+        r = fetch.range
+        first = self.board.place(r, keys) if fetch.placing else 0
+        return Kept(first, self.board.arrived(r, keys[first:], fetch.limit - first))
 
     def on_fetch_failed(self, fetch: Fetch, *, fails_table: bool = False) -> None:
         """A fetch returned nothing usable. Transient (stopped, cancelled, retried out): the

@@ -30,10 +30,13 @@ class SliceRange:
 
     __slots__ = (
         "acked_to",
+        "anchor",
         "broken",
         "cut_page_seconds",
         "end",
         "finished",
+        "last",
+        "left",
         "page_seconds",
         "pending",
         "read_to",
@@ -41,6 +44,7 @@ class SliceRange:
         "reserved",
         "rows",
         "short",
+        "skip",
         "start",
     )
 
@@ -59,6 +63,21 @@ class SliceRange:
         self.broken = False  # a page was acknowledged only in part: the prefix never passes it
         #: Seconds a page spans by the density the range was cut with (before it read any).
         self.cut_page_seconds: float | None = None
+        # A range placed by its first page (``core.slice_place``): that page is asked ``skip``
+        # rows after ``anchor``, and ``start`` is a guess until it arrives.
+        self.anchor: Position | None = None
+        self.skip = 0
+        #: Rows left between where its next page starts and its end, when counted (a board
+        #: that knows the window's rows): where it is split. Rows that left the window since
+        #: make it high, never low enough to lose one (ranges end by clips, not by counts).
+        self.left: int | None = None
+        #: Its last row, as the placing page of the range after it showed (``core.slice_place``).
+        self.last: Position | None = None
+
+    @property
+    def floating(self) -> bool:
+        """Its start is not known yet: its placing page is still to arrive."""
+        return self.anchor is not None
 
     @property
     def settled(self) -> bool:
@@ -87,6 +106,10 @@ class SliceRange:
             return float(self.page_seconds)
         return self.cut_page_seconds
 
+    def empty(self) -> bool:
+        """It holds no second: its placing page found it empty (``core.slice_place``)."""
+        return self.finished and self.start.ts >= self.end
+
     def untouched(self) -> bool:
         """Nobody reads it, nor ever read any of it."""
         return (
@@ -99,7 +122,7 @@ class SliceRange:
 
     def unread_seconds(self) -> int:
         """Seconds not read yet, counting the second its reader stands in."""
-        return seconds_between(self.after.ts, self.end)
+        return max(0, seconds_between(self.after.ts, self.end))
 
     def __repr__(self) -> str:
         return (

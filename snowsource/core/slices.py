@@ -47,6 +47,14 @@ from dataclasses import dataclass
 
 from snowsource.core.cursor import Position
 from snowsource.core.slice_cuts import aligned_seconds
+from snowsource.core.slice_place import (
+    WITNESS,
+    chunk_pages,
+    placing_skip,
+    split_pages,
+    start_in_page,
+    witness_short,
+)
 from snowsource.core.slice_range import (
     MIN_PAGES_PER_RANGE,
     SliceRange,
@@ -78,6 +86,9 @@ __all__ = [
 #: enough that a range is many pages.
 RANGES_PER_SLICE = 4
 
+
+#: Pages the reader before a placed range reads, at least, before the placed range starts.
+PLACING_PAGES = 3
 
 #: Unread pages a range must hold to be split for an idle slice, when the page size is known.
 MIN_SPLIT_PAGES = 4
@@ -134,9 +145,25 @@ class Backfill:
             page_rows=page_rows,
             first_page_seconds=first_page_seconds,
         )
+        #: Counted: the window's rows and the page size are known, so ranges are placed by
+        #: their first pages (``core.slice_place``): the window starts as one range, and an
+        #: idle slice splits the range with the most rows left at a whole number of its
+        #: reader's pages. Otherwise ranges are cut in time.
+        self.counted = expected_rows is not None and bool(page_rows)
+        self._chunk = 0
+        if self.counted and self.ranges:
+            assert expected_rows is not None
+            assert page_rows
+            first = SliceRange(start, self.ranges[-1].end)
+            first.cut_page_seconds = self.ranges[0].cut_page_seconds
+            first.left = expected_rows
+            self.ranges = [first]
+            self._chunk = chunk_pages(expected_rows, page_rows, slices, max_ahead)
         #: Slices that read at all: no more than the ranges the count made worth their
         #: requests (an extra slice would only split them again).
-        self.readers = slices if expected_rows is None else min(slices, len(self.ranges))
+        self.readers = (
+            slices if expected_rows is None or self.counted else min(slices, len(self.ranges))
+        )
         self.total_seconds = sum(seconds_between(r.start.ts, r.end) for r in self.ranges)
         self._page_rows: int | None = None  # rows of the last full page any range read
 
@@ -189,7 +216,7 @@ class Backfill:
             if r.finished:
                 covered += seconds_between(r.start.ts, r.end)
             elif r.read_to is not None:
-                covered += seconds_between(r.start.ts, r.read_to.ts)
+                covered += seconds_between(r.start.ts, min(r.read_to.ts, r.end))
         return covered
 
     def progress(self) -> SliceProgress:
@@ -222,11 +249,11 @@ class Backfill:
         """
         if self.expected_rows is not None and reader >= self.readers:
             return None  # a slice the window's count leaves idle
+        if self.counted:
+            return self._take_counted(reader)
         seconds_a_page = self._seconds_a_page()
         free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
-        candidates = [
-            r for r in self.ranges if worth_splitting(r, seconds_a_page, self._split_pages)
-        ]
+        candidates = [r for r in self.ranges if self._splittable(r, seconds_a_page)]
         if free is not None:
             # A free range further from the prefix than max_ahead rows would only fill the
             # max-ahead allowance and wait: help the ranges before it instead.
@@ -247,12 +274,145 @@ class Backfill:
         self.ranges.insert(self.ranges.index(victim) + 1, stolen)
         return stolen
 
-    def _split_seconds(self, victim: SliceRange) -> int:
+    # ------------------------------------------------------------------ placing (slice_place)
+
+    def _take_counted(self, reader: int) -> SliceRange | None:
+        """A counted board's take: a range its reader left, else a split of the range with the
+        most rows left, placed (``core.slice_place``): the last range (up to HI) keeps one
+        chunk of its reader's pages and hands over the rest, any other keeps half."""
+        free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
+        if free is not None:
+            free.reader = reader
+            return free
+        size = self._page_size
+        assert size is not None
+        if size < 2:
+            return None  # a placing page of one row would hold only its witness
+        splits = [(r, self._split_of(r)) for r in self.ranges if self._splittable_counted(r)]
+        victim, split = max(
+            ((r, p) for r, p in splits if p is not None), key=lambda x: x[0].left or 0,
+            default=(None, None),
+        )  # fmt: skip
+        if victim is None or victim.left is None or split is None:
+            return None
+        pages, short = split
+        anchor, skip = (victim.anchor, victim.skip) if victim.anchor else (victim.after, 0)
+        stolen = SliceRange(Position(self._guess(victim, pages), ""), victim.end)
+        stolen.cut_page_seconds = victim.seconds_a_page(size)
+        stolen.reader = reader
+        stolen.anchor, stolen.skip = anchor, placing_skip(skip, pages, size, short=short)
+        stolen.left = victim.left - (stolen.skip - skip)
+        victim.left = stolen.skip - skip + WITNESS
+        victim.end = stolen.start.ts
+        # Its last row is the stolen part's now; its own is the witness, once that arrives.
+        stolen.last, victim.last = victim.last, None
+        self.ranges.insert(self.ranges.index(victim) + 1, stolen)
+        return stolen
+
+    def _split_of(self, r: SliceRange) -> tuple[int, int] | None:
+        """How ``r`` would be split: the pages its reader keeps and how short its witness
+        lies (``core.slice_place``); ``None`` when no split of it ends both parts on a page."""
+        size = self._page_size
+        assert size is not None
+        assert r.left is not None
+        last = r is self.ranges[-1]
+        short = witness_short(r.left, size, last=last)
+        if short is None:
+            return None
+        pages = split_pages(r.left, size, self._chunk if last else None)
+        return None if pages is None else (pages, short)
+
+    def _splittable_counted(self, r: SliceRange) -> bool:
+        """Whether ``r`` can hand over part of its rows: being read (its reader's pages give
+        the grid a placed range starts on), its rows left known, room for a second between."""
+        if r.finished or r.broken or r.reader is None or r.left is None:
+            return False
+        return r.unread_seconds() >= 2
+
+    def _guess(self, victim: SliceRange, pages: int) -> str:
+        """Where a range placed ``pages`` pages into ``victim`` is expected to start (a guess
+        its placing page corrects; strictly inside ``victim``'s unread seconds)."""
+        spans = victim.seconds_a_page(self._page_size) or self._seconds_a_page()
+        unread = victim.unread_seconds()
+        return shift_ts(victim.after.ts, min(max(1, int(pages * spans)), unread - 1))
+
+    def ask(self, r: SliceRange) -> tuple[Position, int]:
+        """Where ``r``'s next page is asked: after which position, skipping how many rows
+        (a placing page, ``core.slice_place``)."""
+        return (r.anchor, r.skip) if r.anchor is not None else (r.after, 0)
+
+    def page_rows_now(self, page_rows: int) -> None:
+        """The page size from now on (halved when the instance runs out of time): where
+        placed ranges are placed. Unknown sizes stay unknown (a board without a count)."""
+        if self._page_size is not None:
+            self._page_size = page_rows
+
+    def _next_floating(self, r: SliceRange) -> bool:
+        index = self.ranges.index(r) + 1
+        return index < len(self.ranges) and self.ranges[index].floating
+
+    def _clip_end(self, r: SliceRange) -> str:
+        """Where ``r``'s pages are clipped: its end, or while the ranges after it are being
+        placed (their starts are guesses), the end of the last of them."""
+        end, index = r.end, self.ranges.index(r) + 1
+        while index < len(self.ranges) and (
+            self.ranges[index].floating or self.ranges[index].empty()
+        ):
+            end, index = self.ranges[index].end, index + 1
+        return end
+
+    def place(self, r: SliceRange, keys: Sequence[tuple[str, str]]) -> int:
+        """``r``'s placing page arrived with rows at ``keys``: where ``r`` starts in it (the
+        rows before are the ranges' before it, to drop). When it holds no start before ``r``'s
+        end, ``r`` is empty: it is finished, and its seconds are the range's before it."""
+        if not r.floating:
+            raise ValueError(f"{r!r} is not being placed")
+        r.anchor, r.skip = None, 0
+        index = self.ranges.index(r)
+        before = self.ranges[:index]
+        floor = max((x.read_to for x in before if x.read_to is not None), default=None)
+        starts = [x.start for x in before if not x.floating]
+        if starts and (floor is None or starts[-1] > floor):
+            floor = starts[-1]
+        first = start_in_page(keys, floor, r.end)
+        at = r.end if first is None else keys[first][0]
+        r.start = Position(at, "")
+        # The range before it reads up to it (over the ones emptied by their placing pages).
+        for x in reversed(before):
+            hollow = x.empty()
+            x.end = at
+            if not hollow:
+                break
+            x.start = Position(at, "")
+        dropped = len(keys) if first is None else first
+        r.reserved = max(0, r.reserved - dropped)
+        prior = next((x for x in reversed(before) if not x.empty()), None)
+        if prior is not None and prior.left is not None:
+            # The rows dropped past the witness were the range before's after all; an empty
+            # range's were all of them.
+            extra = (r.left or 0) if first is None else first - WITNESS
+            prior.left += max(0, extra)
+        if r.left is not None:
+            r.left = max(0, r.left - dropped)
+        if first is None:
+            r.finished = True
+        elif prior is not None:
+            # Its last row, seen here: a page of it that ends there reads it to its end without
+            # a request of its own (no row comes between: the page showed them side by side).
+            prior.last = Position(*keys[first - 1])
+            prior.finished = prior.finished or prior.read_to == prior.last
+        return dropped
+
+    def _split_seconds(self, victim: SliceRange, pages: int | None = None) -> int:
         """Where ``victim`` is split, in seconds after where its next page starts: at its
         midpoint; when its density is known, a little before the end of its reader's page
         nearest the midpoint (``core.slice_cuts``: a split at a page's end costs no request,
-        one in a page's middle about half a request)."""
+        one in a page's middle about half a request); where ``pages`` of its pages are expected
+        to end when the part handed over is placed (a guess its placing page corrects)."""
         unread = victim.unread_seconds()
+        spans = victim.seconds_a_page(self._page_size)
+        if pages is not None and spans is not None:
+            return min(max(1, int(pages * spans)), unread - 1)
         known = self._page_size is not None and victim.page_seconds is not None
         spans = victim.seconds_a_page(self._page_size) if known else None
         aligned = None if spans is None else aligned_seconds(unread // 2, unread - 1, spans)
@@ -289,14 +449,21 @@ class Backfill:
         by one slice while the others sat at the limit). Its reader fetches no more pages of
         ``r`` and leaves it (:meth:`leave`) once its last page there is acknowledged.
         """
-        if r.finished or self.holds_prefix(r):
+        if self.counted or r.finished or r.floating or self.holds_prefix(r):
             return False
         index = self.ranges.index(r)
         seconds_a_page = self._seconds_a_page()
         if not self._beyond_reach(index, seconds_a_page):
             return False
         before = self.ranges[self._prefix_index() : index]
-        return any(worth_splitting(x, seconds_a_page, self._split_pages) for x in before)
+        return any(self._splittable(x, seconds_a_page) for x in before)
+
+    def _splittable(self, r: SliceRange, seconds_a_page: float) -> bool:
+        """Whether ``r`` may be split for an idle slice now: worth it, and its end is known
+        (neither it nor the range after it is still being placed)."""
+        if r.floating or self._next_floating(r):
+            return False
+        return worth_splitting(r, seconds_a_page, self._split_pages)
 
     def leave(self, r: SliceRange) -> None:
         """``r``'s reader stops reading it: it is free again, from where its pages ended, for
@@ -334,7 +501,11 @@ class Backfill:
         pages reserved ahead of it and this page stay within ``max_ahead``.
         """
         if self.holds_prefix(r):
+            # Never held back, not even by a placing page after it that the allowance holds:
+            # it reads on past its planned end, and that page places its range after it.
             return True
+        if r.left is not None and r.left <= 0 and self._next_floating(r):
+            return False  # it ends where the range after it is being placed: that page first
         return self._claimed_ahead() + limit <= self.max_ahead
 
     def pending(self) -> bool:
@@ -367,12 +538,16 @@ class Backfill:
         ``r`` is finished. An empty page finishes it too.
         """
         r.reserved = max(0, r.reserved - limit)
+        if r.floating:
+            raise ValueError(f"{r!r} is being placed: its page is placed first")
         if keys and keys[-1][0] >= r.end:
             self._absorb(r, keys[-1][0])
+        end = self._clip_end(r)
         keep = len(keys)
-        while keep and keys[keep - 1][0] >= r.end:
+        while keep and keys[keep - 1][0] >= end:
             keep -= 1
-        if keep < len(keys) or not keys or self._ends_window(r, keep, limit):
+        ends = r.last is not None and keep > 0 and Position(*keys[keep - 1]) == r.last
+        if keep < len(keys) or not keys or ends or self._ends_window(r, keep, limit):
             r.finished = True
         elif len(keys) >= limit:
             # A page inside one second (a burst) says little about the seconds after it: count
@@ -389,6 +564,8 @@ class Backfill:
             r.rows += keep
             r.read_to = Position(*keys[keep - 1])
             r.pending += 1
+        if r.left is not None:
+            r.left = max(0, r.left - keep)
         return keep
 
     def _ends_window(self, r: SliceRange, keep: int, limit: int) -> bool:
@@ -402,6 +579,12 @@ class Backfill:
         expected = self.expected_rows
         if expected is None or r is not self.ranges[-1]:
             return False  # without the window's count: only clipped or empty pages end ranges
+        if self.counted:
+            # The last range is most of the window until it is split: a page shortened by
+            # ACLs would leave nearly all of it to the sweep after the backfill. Its rows left
+            # are counted (before ACLs): it ends when they are read, while other ranges are
+            # still being read.
+            return (r.left is not None and r.left <= keep) or self.rows_read() + keep >= expected
         return keep < limit or self.rows_read() + keep >= expected
 
     def _absorb(self, r: SliceRange, upto: str) -> None:

@@ -59,8 +59,10 @@ def page_params(
     limit: int,
     *,
     count: bool = False,
+    offset: int = 0,
 ) -> dict[str, str]:
-    """One keyset page of rows after ``after`` up to ``hi`` (``count``: ask for X-Total-Count)."""
+    """One keyset page of rows after ``after`` up to ``hi`` (``count``: ask for X-Total-Count;
+    ``offset``: skip that many rows first, a sliced backfill's placing page)."""
     params = {
         "sysparm_query": page_query(
             spec.normalised_query, spec.timestamp_field, spec.id_field, after, hi
@@ -71,6 +73,8 @@ def page_params(
         "sysparm_no_count": "false" if count else "true",
         "sysparm_suppress_pagination_header": "true",
     }
+    if offset:
+        params["sysparm_offset"] = str(offset)
     fields = requested_fields(spec)
     if fields:
         params["sysparm_fields"] = fields

@@ -38,17 +38,24 @@ class TableReader:
         return self._requests.contended()
 
     async def page(
-        self, after: Position, hi: str, *, backfill: bool = False, count: bool = False
+        self,
+        after: Position,
+        hi: str,
+        *,
+        backfill: bool = False,
+        count: bool = False,
+        offset: int = 0,
     ) -> tuple[Page, int]:
         """The page after ``after`` up to ``hi``, and the ``sysparm_limit`` it was asked with.
 
         ``backfill``: the table is still backfilling, so its pages wait behind streaming
         tables' pages and derived streams when requests queue (SPEC §15.3). ``count``: the
-        answer also says how many rows match (``Page.total_count``)."""
+        answer also says how many rows match (``Page.total_count``). ``offset``: the first
+        rows skipped (a sliced backfill's placing page)."""
         spec = self._spec
         return await self._requests.sized(
             spec.name,
-            lambda limit: page_params(spec, after, hi, limit, count=count),
+            lambda limit: page_params(spec, after, hi, limit, count=count, offset=offset),
             self.sizer,
             priority=Priority.BACKFILL if backfill else self._priority,
             asking="a page",

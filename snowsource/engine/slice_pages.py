@@ -87,7 +87,9 @@ class SlicePager:
         async with contextlib.AsyncExitStack() as slot:
             await slot.enter_async_context(self.lease())
             try:
-                page, limit = await self._tools.reader.page(fetch.after, fetch.hi, backfill=True)
+                page, limit = await self._tools.reader.page(
+                    fetch.after, fetch.hi, backfill=True, offset=fetch.skip
+                )
                 rows, keys = await self._read(fetch, reading, page.rows, limit)
             except (TableFailedError, StoppedError) as exc:
                 return Failed(fetch, exc)
@@ -169,7 +171,9 @@ class SlicePager:
         self._tools.recorder.page_read(self._counts)
         await self._tools.hooks.prepare(rows)
         rows, keys = self._positions(fetch, rows, reading.previous, after or fetch.after)
-        if not keys and (reading.previous_full or reading.previous is None):
+        # A placing page that came back empty leaves its range's seconds to the range before
+        # it, whose reader counts hidden rows as it reads them.
+        if not keys and not fetch.placing and (reading.previous_full or reading.previous is None):
             at_least = 1 if reading.previous_full else limit
             await self._tools.reader.check_hidden(fetch.after, fetch.end_hi, at_least=at_least)
         return rows, keys

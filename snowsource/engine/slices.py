@@ -102,6 +102,7 @@ class SlicedBackfill:
             async with asyncio.TaskGroup() as group:
                 if first is not None:
                     await self._fetched(first)
+                    first = None  # its rows are held by its page's slot from here, not by us
                 outcome = await self._loop(group)
         except BaseExceptionGroup as failed:
             raise first_error(failed) from None
@@ -219,14 +220,19 @@ class SlicedBackfill:
             if isinstance(result.error, TableFailedError):
                 self._failures[id(result.fetch.range)] = result.error
             return
-        keep = plan.on_page(result.fetch, result.keys)
-        reading, keys = result.reading, result.keys
-        reading.previous_full = len(keys) >= result.limit
-        if not keep:
+        fetch, reading = result.fetch, result.reading
+        kept = plan.on_page(fetch, result.keys)
+        reading.previous_full = len(result.keys) >= result.limit
+        if fetch.placing:
+            # A placing page: its range starts where the page placed it, and its rows before
+            # that start are the ranges' before it.
+            reading.cursor = reading.late_floor = max(fetch.range.start, self._committed)
+            del result.rows[: kept.first], result.keys[: kept.first]  # in place: no copy held
+        if not kept.rows:
             await result.slot.aclose()
             return
-        reading.previous = Position(*keys[keep - 1])
-        self._slices[result.fetch.reader].ready.append((result, keep))
+        reading.previous = Position(*result.keys[kept.rows - 1])
+        self._slices[fetch.reader].ready.append((result, kept.rows))
 
     def _delivered(self, produced: Produced) -> None:
         """A page's acks: the plan takes them in (the prefix may move); a record Kafka refused

@@ -66,11 +66,17 @@ def _page_windows(env: Env) -> set[str]:
 
 
 def _range_starts(env: Env) -> set[str]:
-    """The seconds page queries started at from an empty id (``ts>=X``: a range's first page)."""
+    """Where ranges' first pages started: the second of a page query from an empty id
+    (``ts>=X``, a range cut in time), or the offset of a placing page (``sysparm_offset``: a
+    range placed by its first page, the window's rows counted)."""
     starts = set()
     for request in env.emu.journal.for_table("incident"):
         query = request.params.get("sysparm_query", "")
-        if "ORDERBY" in query and query.startswith(f"{TS}>="):
+        if "ORDERBY" not in query:
+            continue
+        if "sysparm_offset" in request.params:
+            starts.add(f"{query} +{request.params['sysparm_offset']}")
+        elif query.startswith(f"{TS}>="):
             starts.add(query.split(f"{TS}>=")[1].split("^")[0])
     return starts
 

@@ -160,13 +160,13 @@ class Model:
     def _contended(self) -> bool:
         return self._in_flight >= self._at_once or bool(self._slot_waiters)
 
-    async def _fetch(self, after: Position) -> tuple[list[Key], int]:
+    async def _fetch(self, after: Position, skip: int = 0) -> tuple[list[Key], int]:
         await self._acquire()
         self.requests += 1
         self._in_flight += 1
         await asyncio.sleep(self.latency * (1 + self.jitter * self.rng.random()))
         self._in_flight -= 1
-        first = bisect.bisect_right(self.rows, (after.ts, after.id))
+        first = bisect.bisect_right(self.rows, (after.ts, after.id)) + skip
         end = bisect.bisect_right(self.rows, (self.hi, "\uffff"))
         return self.rows[first : min(end, first + self.page)], end - first
 
@@ -238,9 +238,9 @@ class Model:
             elif board.may_fetch(r, self.page):
                 break
             await self._next_event()
-        after = r.after
+        after, skip = board.ask(r)
         board.reserve(r, self.page)
-        keys, _ = await self._fetch(after)
+        keys, _ = await self._fetch(after, skip)
         return keys
 
     async def _read(
@@ -258,7 +258,9 @@ class Model:
             keys = await fetch
             if keys is None:
                 return
-            keep = board.arrived(r, keys, self.page)
+            dropped = board.place(r, keys) if r.floating else 0
+            keys = keys[dropped:]
+            keep = board.arrived(r, keys, self.page - dropped)
             fetch = None if r.finished else asyncio.ensure_future(self._fetch_for(r))
             if not keep:
                 self._release()
