@@ -27,14 +27,20 @@ seconds go to the range before it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from snowsource.core.cursor import Position
+from snowsource.core.slice_range import SliceRange
+from snowsource.core.slice_spans import shift_ts
 
 __all__ = [
     "MIN_PLACED_PAGES",
     "WITNESS",
+    "Placements",
     "chunk_pages",
+    "clip_end",
+    "next_floating",
     "placing_skip",
     "split_pages",
     "start_in_page",
@@ -100,6 +106,8 @@ def witness_short(left: int, page_rows: int, *, last: bool) -> int | None:
     if last:
         return 1
     short = left % page_rows
+    if short == 0:
+        return None  # whole pages: any split reads a row more than them, so a page more
     if short == page_rows - 1:
         return 0
     if short in (page_rows - 2, page_rows - 3):
@@ -122,3 +130,171 @@ def start_in_page(keys: Sequence[tuple[str, str]], floor: Position | None, end: 
         if ts > keys[index - 1][0] and (floor is None or ts > floor.ts):
             return index
     return None
+
+
+def next_floating(ranges: Sequence[SliceRange], r: SliceRange) -> bool:
+    """Whether the range after ``r`` is being placed (so ``r``'s end is a guess)."""
+    index = ranges.index(r) + 1
+    return index < len(ranges) and ranges[index].floating
+
+
+def clip_end(ranges: Sequence[SliceRange], r: SliceRange) -> str:
+    """Where ``r``'s pages are clipped: its end, or while the ranges after it are being placed
+    (their starts are guesses) or were found empty, the end of the last of them."""
+    end, index = r.end, ranges.index(r) + 1
+    while index < len(ranges) and (ranges[index].floating or ranges[index].empty()):
+        end, index = ranges[index].end, index + 1
+    return end
+
+
+class Placements:
+    """The splits of a counted board, each placed by its first page.
+
+    It shares the board's list of ranges (``core.slices.Backfill``) and changes it: the window
+    starts as one range, and an idle slice splits the range with the most rows left at a whole
+    number of its reader's pages: the last range (up to HI) keeps ``chunk`` of them and hands
+    over the rest (less near the window's end: an even share of the rest for ``slices``), any
+    other keeps half.
+    """
+
+    def __init__(
+        self, ranges: list[SliceRange], page_rows: int, chunk: int, *, slices: int = 1
+    ) -> None:
+        self.ranges = ranges
+        self.page_rows = page_rows  # the engine halves it when the instance runs out of time
+        self.chunk = chunk
+        self.slices = slices
+
+    def take(self, reader: int) -> SliceRange | None:
+        """The range an idle slice reads next: one its reader left, else a split (``None``
+        when no range can be split so that both parts end on a page)."""
+        free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
+        if free is not None:
+            free.reader = reader
+            return free
+        size = self.page_rows
+        if size < 2:
+            return None  # a placing page of one row would hold only its witness
+        splits = [(r, self._split_of(r)) for r in self.ranges if self._splittable(r)]
+        victim, split = max(
+            ((r, p) for r, p in splits if p is not None), key=lambda x: x[0].left or 0,
+            default=(None, None),
+        )  # fmt: skip
+        if victim is None or victim.left is None or split is None:
+            return None
+        pages, short = split
+        anchor, skip = (victim.anchor, victim.skip) if victim.anchor else (victim.after, 0)
+        start = self._guess(victim, pages)
+        stolen = SliceRange(Position(start, ""), victim.end)
+        stolen.cut_page_seconds = victim.seconds_a_page(size)
+        stolen.reader = reader
+        stolen.anchor, stolen.skip = anchor, placing_skip(skip, pages, size, short=short)
+        stolen.left = victim.left - (stolen.skip - skip)
+        victim.left = stolen.skip - skip + WITNESS
+        victim.end = stolen.start.ts
+        # Its last row is the stolen part's now; its own is the witness, once that arrives.
+        stolen.last, victim.last = victim.last, None
+        self.ranges.insert(self.ranges.index(victim) + 1, stolen)
+        return stolen
+
+    def _split_of(self, r: SliceRange) -> tuple[int, int] | None:
+        """How ``r`` would be split: the pages its reader keeps and how short its witness
+        lies; ``None`` when no split of it ends both parts on a page."""
+        assert r.left is not None
+        last = r is self.ranges[-1]
+        short = witness_short(r.left, self.page_rows, last=last)
+        if short is None:
+            return None
+        # The last range's reader keeps what makes its range a chunk (it has read some of it
+        # already: a range twice a chunk would hold the prefix back while the others fill the
+        # allowance); near the window's end less, an even share of what is left, so that the
+        # slices end together instead of waiting for the last chunks' readers.
+        share = max(MIN_PLACED_PAGES, r.left // (self.page_rows * self.slices))
+        chunk = max(MIN_PLACED_PAGES, min(self.chunk - r.rows // self.page_rows, share))
+        pages = split_pages(r.left, self.page_rows, chunk if last else None)
+        return None if pages is None else (pages, short)
+
+    def _splittable(self, r: SliceRange) -> bool:
+        """Whether ``r`` can hand over part of its rows: being read (its reader's pages give
+        the grid a placed range starts on), its rows left known, room for a second between.
+        A range still being placed only when it is the last (a backfill's first splits chain
+        on the window's one range without waiting for each placing page)."""
+        if r.finished or r.broken or r.reader is None or r.left is None:
+            return False
+        if r.floating and r is not self.ranges[-1]:
+            return False
+        return r.unread_seconds() >= 2
+
+    def _guess(self, victim: SliceRange, pages: int) -> str:
+        """Where a range placed ``pages`` pages into ``victim`` is expected to start: as far
+        into its unread seconds as those pages are into its rows left (a guess its placing
+        page corrects, strictly inside them, so that both parts can be split again before it
+        arrives; a guess from the seconds its pages spanned could land at its very end)."""
+        assert victim.left is not None
+        unread = victim.unread_seconds()
+        share = pages * self.page_rows / max(1, victim.left)
+        return shift_ts(victim.after.ts, min(max(1, int(unread * share)), unread - 1))
+
+    def place(self, r: SliceRange, keys: Sequence[tuple[str, str]]) -> int:
+        """``r``'s placing page arrived with rows at ``keys``: where ``r`` starts in it (the
+        rows before are the ranges' before it, to drop). When it holds no start before ``r``'s
+        end, ``r`` is empty: it is finished, and its seconds are the range's before it."""
+        if not r.floating:
+            raise ValueError(f"{r!r} is not being placed")
+        r.anchor, r.skip = None, 0
+        index = self.ranges.index(r)
+        before = self.ranges[:index]
+        # Its end is a guess too while the range after it is being placed: up to theirs.
+        first = start_in_page(keys, _floor(before), clip_end(self.ranges, r))
+        at = r.end if first is None else keys[first][0]
+        r.start = Position(at, "")
+        if first is not None:
+            _after_start(self.ranges[index:], at)
+        # The range before it reads up to it (over the ones emptied by their placing pages).
+        for x in reversed(before):
+            hollow = x.empty()
+            x.end = at
+            if not hollow:
+                break
+            x.start = Position(at, "")
+        dropped = len(keys) if first is None else first
+        r.reserved = max(0, r.reserved - dropped)
+        prior = next((x for x in reversed(before) if not x.empty()), None)
+        if prior is not None and prior.left is not None:
+            # The rows dropped past the witness were the range before's after all; an empty
+            # range's were all of them.
+            prior.left += max(0, (r.left or 0) if first is None else first - WITNESS)
+        if r.left is not None:
+            r.left = max(0, r.left - dropped)
+        if first is None:
+            r.finished = True
+        elif prior is not None:
+            # Its last row, seen here: a page of it that ends there reads it to its end without
+            # a request of its own (no row comes between: the page showed them side by side).
+            prior.last = Position(*keys[first - 1])
+            prior.finished = prior.finished or prior.read_to == prior.last
+        return dropped
+
+
+def _after_start(ranges: Sequence[SliceRange], at: str) -> None:
+    """``ranges[0]`` now starts at second ``at``: the guessed starts of the ranges being placed
+    after it move past it, a second at least each (never past a range that is placed), and
+    its end is where the next of them starts."""
+    floor = shift_ts(at, 1)
+    for x, after in itertools.pairwise(ranges):
+        if not after.floating:
+            break
+        if after.start.ts < floor:
+            after.start = Position(min(floor, after.end), "")
+        x.end = after.start.ts
+        floor = shift_ts(after.start.ts, 1)
+
+
+def _floor(before: Sequence[SliceRange]) -> Position | None:
+    """The furthest position the ranges before a placed one have read or start at: the placed
+    range starts at a later second."""
+    floor = max((x.read_to for x in before if x.read_to is not None), default=None)
+    starts = [x.start for x in before if not x.floating]
+    if starts and (floor is None or starts[-1] > floor):
+        floor = starts[-1]
+    return floor

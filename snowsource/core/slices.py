@@ -33,11 +33,21 @@ page that arrives after its range was split may hold rows of the part handed ove
 :meth:`Backfill.arrived` clips them (the new owner reads them) and the clipped range is
 finished, since its page reached past its new end.
 
+When the window's rows are counted (``X-Total-Count`` of its first page) and the page size is
+known, as on the engine's boards, ranges are not cut in time: the window starts as one range,
+and an idle slice splits the range with the most rows left at a whole number of its reader's
+pages, its part placed by its first page (``core.slice_place``: ``sysparm_offset`` from that
+reader's position), so that every range ends on a page and slicing costs almost no request
+(SPEC §15.3). Such a split needs no density estimate, so a skewed table splits as evenly as a
+uniform one. The rules above hold for both kinds of board; a placed range's start is a guess
+until its placing page arrives, and the range before it is not clipped at the guess.
+
 A range is finished only by an empty page or a clipped one, never by a short page: the instance
 applies ``sysparm_limit`` before access rules, so a page shortened by ACLs says nothing about the
 rows after it (a sweep of one pager re-reads them in its next sweep; a range has no next sweep).
 A clipped page does: the rows come in cursor order, so a row past the end means every readable
-row before it was in the page.
+row before it was in the page. So does a page that ends on the range's last row, as the placing
+page of the range after it showed it (the row before that range's first: no row between).
 """
 
 from __future__ import annotations
@@ -47,14 +57,7 @@ from dataclasses import dataclass
 
 from snowsource.core.cursor import Position
 from snowsource.core.slice_cuts import aligned_seconds
-from snowsource.core.slice_place import (
-    WITNESS,
-    chunk_pages,
-    placing_skip,
-    split_pages,
-    start_in_page,
-    witness_short,
-)
+from snowsource.core.slice_place import Placements, chunk_pages, clip_end, next_floating
 from snowsource.core.slice_range import (
     MIN_PAGES_PER_RANGE,
     SliceRange,
@@ -150,7 +153,7 @@ class Backfill:
         #: idle slice splits the range with the most rows left at a whole number of its
         #: reader's pages. Otherwise ranges are cut in time.
         self.counted = expected_rows is not None and bool(page_rows)
-        self._chunk = 0
+        self._placements: Placements | None = None
         if self.counted and self.ranges:
             assert expected_rows is not None
             assert page_rows
@@ -158,7 +161,8 @@ class Backfill:
             first.cut_page_seconds = self.ranges[0].cut_page_seconds
             first.left = expected_rows
             self.ranges = [first]
-            self._chunk = chunk_pages(expected_rows, page_rows, slices, max_ahead)
+            chunk = chunk_pages(expected_rows, page_rows, slices, max_ahead)
+            self._placements = Placements(self.ranges, page_rows, chunk, slices=slices)
         #: Slices that read at all: no more than the ranges the count made worth their
         #: requests (an extra slice would only split them again).
         self.readers = (
@@ -249,8 +253,8 @@ class Backfill:
         """
         if self.expected_rows is not None and reader >= self.readers:
             return None  # a slice the window's count leaves idle
-        if self.counted:
-            return self._take_counted(reader)
+        if self._placements is not None:
+            return self._placements.take(reader)
         seconds_a_page = self._seconds_a_page()
         free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
         candidates = [r for r in self.ranges if self._splittable(r, seconds_a_page)]
@@ -276,143 +280,32 @@ class Backfill:
 
     # ------------------------------------------------------------------ placing (slice_place)
 
-    def _take_counted(self, reader: int) -> SliceRange | None:
-        """A counted board's take: a range its reader left, else a split of the range with the
-        most rows left, placed (``core.slice_place``): the last range (up to HI) keeps one
-        chunk of its reader's pages and hands over the rest, any other keeps half."""
-        free = next((r for r in self.ranges if r.reader is None and not r.finished), None)
-        if free is not None:
-            free.reader = reader
-            return free
-        size = self._page_size
-        assert size is not None
-        if size < 2:
-            return None  # a placing page of one row would hold only its witness
-        splits = [(r, self._split_of(r)) for r in self.ranges if self._splittable_counted(r)]
-        victim, split = max(
-            ((r, p) for r, p in splits if p is not None), key=lambda x: x[0].left or 0,
-            default=(None, None),
-        )  # fmt: skip
-        if victim is None or victim.left is None or split is None:
-            return None
-        pages, short = split
-        anchor, skip = (victim.anchor, victim.skip) if victim.anchor else (victim.after, 0)
-        stolen = SliceRange(Position(self._guess(victim, pages), ""), victim.end)
-        stolen.cut_page_seconds = victim.seconds_a_page(size)
-        stolen.reader = reader
-        stolen.anchor, stolen.skip = anchor, placing_skip(skip, pages, size, short=short)
-        stolen.left = victim.left - (stolen.skip - skip)
-        victim.left = stolen.skip - skip + WITNESS
-        victim.end = stolen.start.ts
-        # Its last row is the stolen part's now; its own is the witness, once that arrives.
-        stolen.last, victim.last = victim.last, None
-        self.ranges.insert(self.ranges.index(victim) + 1, stolen)
-        return stolen
-
-    def _split_of(self, r: SliceRange) -> tuple[int, int] | None:
-        """How ``r`` would be split: the pages its reader keeps and how short its witness
-        lies (``core.slice_place``); ``None`` when no split of it ends both parts on a page."""
-        size = self._page_size
-        assert size is not None
-        assert r.left is not None
-        last = r is self.ranges[-1]
-        short = witness_short(r.left, size, last=last)
-        if short is None:
-            return None
-        pages = split_pages(r.left, size, self._chunk if last else None)
-        return None if pages is None else (pages, short)
-
-    def _splittable_counted(self, r: SliceRange) -> bool:
-        """Whether ``r`` can hand over part of its rows: being read (its reader's pages give
-        the grid a placed range starts on), its rows left known, room for a second between."""
-        if r.finished or r.broken or r.reader is None or r.left is None:
-            return False
-        return r.unread_seconds() >= 2
-
-    def _guess(self, victim: SliceRange, pages: int) -> str:
-        """Where a range placed ``pages`` pages into ``victim`` is expected to start (a guess
-        its placing page corrects; strictly inside ``victim``'s unread seconds)."""
-        spans = victim.seconds_a_page(self._page_size) or self._seconds_a_page()
-        unread = victim.unread_seconds()
-        return shift_ts(victim.after.ts, min(max(1, int(pages * spans)), unread - 1))
-
     def ask(self, r: SliceRange) -> tuple[Position, int]:
         """Where ``r``'s next page is asked: after which position, skipping how many rows
         (a placing page, ``core.slice_place``)."""
         return (r.anchor, r.skip) if r.anchor is not None else (r.after, 0)
+
+    def place(self, r: SliceRange, keys: Sequence[tuple[str, str]]) -> int:
+        """``r``'s placing page arrived with rows at ``keys``: how many of its first rows are
+        the ranges' before it (``core.slice_place.Placements.place``)."""
+        if self._placements is None:
+            raise ValueError(f"{r!r} is not being placed: this board cuts its ranges in time")
+        return self._placements.place(r, keys)
 
     def page_rows_now(self, page_rows: int) -> None:
         """The page size from now on (halved when the instance runs out of time): where
         placed ranges are placed. Unknown sizes stay unknown (a board without a count)."""
         if self._page_size is not None:
             self._page_size = page_rows
+        if self._placements is not None:
+            self._placements.page_rows = page_rows
 
-    def _next_floating(self, r: SliceRange) -> bool:
-        index = self.ranges.index(r) + 1
-        return index < len(self.ranges) and self.ranges[index].floating
-
-    def _clip_end(self, r: SliceRange) -> str:
-        """Where ``r``'s pages are clipped: its end, or while the ranges after it are being
-        placed (their starts are guesses), the end of the last of them."""
-        end, index = r.end, self.ranges.index(r) + 1
-        while index < len(self.ranges) and (
-            self.ranges[index].floating or self.ranges[index].empty()
-        ):
-            end, index = self.ranges[index].end, index + 1
-        return end
-
-    def place(self, r: SliceRange, keys: Sequence[tuple[str, str]]) -> int:
-        """``r``'s placing page arrived with rows at ``keys``: where ``r`` starts in it (the
-        rows before are the ranges' before it, to drop). When it holds no start before ``r``'s
-        end, ``r`` is empty: it is finished, and its seconds are the range's before it."""
-        if not r.floating:
-            raise ValueError(f"{r!r} is not being placed")
-        r.anchor, r.skip = None, 0
-        index = self.ranges.index(r)
-        before = self.ranges[:index]
-        floor = max((x.read_to for x in before if x.read_to is not None), default=None)
-        starts = [x.start for x in before if not x.floating]
-        if starts and (floor is None or starts[-1] > floor):
-            floor = starts[-1]
-        first = start_in_page(keys, floor, r.end)
-        at = r.end if first is None else keys[first][0]
-        r.start = Position(at, "")
-        # The range before it reads up to it (over the ones emptied by their placing pages).
-        for x in reversed(before):
-            hollow = x.empty()
-            x.end = at
-            if not hollow:
-                break
-            x.start = Position(at, "")
-        dropped = len(keys) if first is None else first
-        r.reserved = max(0, r.reserved - dropped)
-        prior = next((x for x in reversed(before) if not x.empty()), None)
-        if prior is not None and prior.left is not None:
-            # The rows dropped past the witness were the range before's after all; an empty
-            # range's were all of them.
-            extra = (r.left or 0) if first is None else first - WITNESS
-            prior.left += max(0, extra)
-        if r.left is not None:
-            r.left = max(0, r.left - dropped)
-        if first is None:
-            r.finished = True
-        elif prior is not None:
-            # Its last row, seen here: a page of it that ends there reads it to its end without
-            # a request of its own (no row comes between: the page showed them side by side).
-            prior.last = Position(*keys[first - 1])
-            prior.finished = prior.finished or prior.read_to == prior.last
-        return dropped
-
-    def _split_seconds(self, victim: SliceRange, pages: int | None = None) -> int:
+    def _split_seconds(self, victim: SliceRange) -> int:
         """Where ``victim`` is split, in seconds after where its next page starts: at its
         midpoint; when its density is known, a little before the end of its reader's page
         nearest the midpoint (``core.slice_cuts``: a split at a page's end costs no request,
-        one in a page's middle about half a request); where ``pages`` of its pages are expected
-        to end when the part handed over is placed (a guess its placing page corrects)."""
+        one in a page's middle about half a request)."""
         unread = victim.unread_seconds()
-        spans = victim.seconds_a_page(self._page_size)
-        if pages is not None and spans is not None:
-            return min(max(1, int(pages * spans)), unread - 1)
         known = self._page_size is not None and victim.page_seconds is not None
         spans = victim.seconds_a_page(self._page_size) if known else None
         aligned = None if spans is None else aligned_seconds(unread // 2, unread - 1, spans)
@@ -461,7 +354,7 @@ class Backfill:
     def _splittable(self, r: SliceRange, seconds_a_page: float) -> bool:
         """Whether ``r`` may be split for an idle slice now: worth it, and its end is known
         (neither it nor the range after it is still being placed)."""
-        if r.floating or self._next_floating(r):
+        if r.floating or next_floating(self.ranges, r):
             return False
         return worth_splitting(r, seconds_a_page, self._split_pages)
 
@@ -504,7 +397,7 @@ class Backfill:
             # Never held back, not even by a placing page after it that the allowance holds:
             # it reads on past its planned end, and that page places its range after it.
             return True
-        if r.left is not None and r.left <= 0 and self._next_floating(r):
+        if r.left is not None and r.left <= 0 and next_floating(self.ranges, r):
             return False  # it ends where the range after it is being placed: that page first
         return self._claimed_ahead() + limit <= self.max_ahead
 
@@ -542,7 +435,7 @@ class Backfill:
             raise ValueError(f"{r!r} is being placed: its page is placed first")
         if keys and keys[-1][0] >= r.end:
             self._absorb(r, keys[-1][0])
-        end = self._clip_end(r)
+        end = clip_end(self.ranges, r)
         keep = len(keys)
         while keep and keys[keep - 1][0] >= end:
             keep -= 1

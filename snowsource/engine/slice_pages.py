@@ -28,7 +28,7 @@ from snowsource.engine.recorder import SweepCounts
 from snowsource.engine.sweep import SweepTools
 from snowsource.runtime.retrying import StoppedError
 
-__all__ = ["Arrival", "Failed", "Reading", "SlicePager"]
+__all__ = ["Arrival", "Failed", "Reading", "SlicePager", "placed"]
 
 Rows = list[dict[str, Any]]
 Keys = list[tuple[str, str]]
@@ -57,6 +57,16 @@ class Arrival:
     keys: Keys
     limit: int  # the ``sysparm_limit`` it was asked with
     slot: contextlib.AsyncExitStack  # its page-budget lease, given back when it is closed
+
+
+def placed(arrival: Arrival, first: int, committed: Position) -> None:
+    """After a placing page (``core.slice_place``): its first ``first`` rows are the ranges'
+    before it, dropped in place (no copy held), and its range's pass starts where the page
+    placed it (never below the committed offset). Nothing for any other page."""
+    if arrival.fetch.placing:
+        start = max(arrival.fetch.range.start, committed)
+        arrival.reading.cursor = arrival.reading.late_floor = start
+        del arrival.rows[:first], arrival.keys[:first]
 
 
 @dataclass(frozen=True, eq=False)

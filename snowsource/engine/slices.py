@@ -36,7 +36,7 @@ from snowsource.core.errors import TableFailedError
 from snowsource.engine.failures import ProduceFailedError
 from snowsource.engine.page_step import last_acked
 from snowsource.engine.recorder import SweepCounts
-from snowsource.engine.slice_pages import Arrival, Failed, Reading, SlicePager
+from snowsource.engine.slice_pages import Arrival, Failed, Reading, SlicePager, placed
 from snowsource.engine.slice_prefix import SliceOffsets
 from snowsource.engine.slice_produce import Produced, SliceLane, SliceProducer
 from snowsource.engine.sweep import SweepTools
@@ -220,19 +220,14 @@ class SlicedBackfill:
             if isinstance(result.error, TableFailedError):
                 self._failures[id(result.fetch.range)] = result.error
             return
-        fetch, reading = result.fetch, result.reading
-        kept = plan.on_page(fetch, result.keys)
-        reading.previous_full = len(result.keys) >= result.limit
-        if fetch.placing:
-            # A placing page: its range starts where the page placed it, and its rows before
-            # that start are the ranges' before it.
-            reading.cursor = reading.late_floor = max(fetch.range.start, self._committed)
-            del result.rows[: kept.first], result.keys[: kept.first]  # in place: no copy held
+        kept = plan.on_page(result.fetch, result.keys)
+        result.reading.previous_full = len(result.keys) >= result.limit
+        placed(result, kept.first, self._committed)
         if not kept.rows:
             await result.slot.aclose()
             return
-        reading.previous = Position(*result.keys[kept.rows - 1])
-        self._slices[fetch.reader].ready.append((result, kept.rows))
+        result.reading.previous = Position(*result.keys[kept.rows - 1])
+        self._slices[result.fetch.reader].ready.append((result, kept.rows))
 
     def _delivered(self, produced: Produced) -> None:
         """A page's acks: the plan takes them in (the prefix may move); a record Kafka refused
