@@ -57,10 +57,12 @@ MIN_PLACED_PAGES = 2
 
 def chunk_pages(expected_rows: int, page_rows: int, slices: int, max_ahead: int) -> int:
     """Pages the last range's reader keeps when an idle slice takes the rest: as many as let
-    the slices beside the prefix's reader read within ``max_ahead`` (a chunk further would
-    only wait for the allowance), no more than an even share of the window, and at least
-    ``MIN_PLACED_PAGES``."""
-    allowance = max_ahead // (page_rows * max(1, slices - 1))
+    the slices beside the prefix's reader read within ``max_ahead`` with a page each in flight
+    (a chunk further would only wait for the allowance), no more than an even share of the
+    window, and at least ``MIN_PLACED_PAGES``."""
+    # One page less than the allowance admits: each of those slices also holds a page in flight
+    # (reserved), and a chunk that fills the allowance to the row stalls them all at its end.
+    allowance = max_ahead // (page_rows * max(1, slices - 1)) - 1
     share = -(-expected_rows // (page_rows * slices))
     return max(MIN_PLACED_PAGES, min(allowance, share))
 

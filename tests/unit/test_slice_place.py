@@ -89,8 +89,9 @@ def test_split_pages_keeps_a_chunk_of_the_last_range_or_half() -> None:
 
 
 def test_chunk_pages_fit_the_allowance_and_an_even_share() -> None:
-    assert chunk_pages(200_000, 1_000, 8, 50_000) == 7  # 7 slices beside the prefix's reader
-    assert chunk_pages(200_000, 1_000, 4, 50_000) == 16
+    # 7 slices beside the prefix's reader, each with a page in flight: 7 x (6 + 1) <= 50.
+    assert chunk_pages(200_000, 1_000, 8, 50_000) == 6
+    assert chunk_pages(200_000, 1_000, 4, 50_000) == 15
     assert chunk_pages(2_000, 500, 4, 50_000) == MIN_PLACED_PAGES  # an even share is one page
     assert chunk_pages(200_000, 1_000, 8, 0) == MIN_PLACED_PAGES
 
