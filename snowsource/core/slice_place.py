@@ -212,7 +212,13 @@ class Placements:
         # allowance); near the window's end less, an even share of what is left, so that the
         # slices end together instead of waiting for the last chunks' readers.
         share = max(MIN_PLACED_PAGES, r.left // (self.page_rows * self.slices))
-        chunk = max(MIN_PLACED_PAGES, min(self.chunk - r.rows // self.page_rows, share))
+        chunk = min(self.chunk - r.rows // self.page_rows, share)
+        if len(self.ranges) < self.slices:
+            # The first chunks grow from small to whole, so the slices never end a chunk
+            # together (their next placing pages would arrive at once, and the allowance fill
+            # at the same moment) and the prefix moves early.
+            chunk = -(-chunk * len(self.ranges) // self.slices)
+        chunk = max(MIN_PLACED_PAGES, chunk)
         pages = split_pages(r.left, self.page_rows, chunk if last else None)
         return None if pages is None else (pages, short)
 
