@@ -6,15 +6,14 @@ the next range's: about half a request lost per boundary when the boundary is cu
 ``backfill.max.ahead.rows`` keeping the ranges near the prefix small, a backfill of 8 slices has
 some 40 boundaries: that half request each is what kept it above 1.05 requests per page.
 
-A range handed out while the range before it is being read is *placed* instead: its first page
-is the keyset query of the reader before it (same position, same bound) with ``sysparm_offset``
-set so that the page starts one row before where that reader's ``k``-th page will end. The
-reader before it pages on from the same position, ``page_rows`` at a time, so its pages end
-every ``page_rows`` rows after it: the placed range's first kept row is the last row of that
-reader's ``k``-th page, and that page, clipped at the new boundary, ends the range before with
-no request of its own. The row the page starts with is the *witness*: it is the row just before
-the first kept one, so when its second is earlier, no row of the kept row's second comes before
-it, and the boundary stays a whole second (SPEC §14.2).
+A range split off a range being read is *placed* instead: its first page is the keyset query
+of the reader before it (same position, same bound) with ``sysparm_offset`` set so that the
+page starts with the *witness*, the last row of that reader's ``k``-th page (or the row before
+it, :func:`witness_short`). The reader pages on from the same position, ``page_rows`` at a
+time, so its ``k``-th page ends on the witness, its last row (or on the placed range's first
+row, clipped): the range before ends with no request of its own. The witness is the row just
+before the placed range's first kept row, so when its second is earlier, no row of the kept
+row's second comes before it, and the boundary stays a whole second (SPEC §14.2).
 
 Nothing here is needed for correctness, only for the count: a guess that lands wrong (rows
 changed meanwhile, a page shortened by ACLs, a page size halved) costs a request, never a row.
@@ -188,7 +187,6 @@ class Placements:
         anchor, skip = (victim.anchor, victim.skip) if victim.anchor else (victim.after, 0)
         start = self._guess(victim, pages)
         stolen = SliceRange(Position(start, ""), victim.end)
-        stolen.cut_page_seconds = victim.seconds_a_page(size)
         stolen.reader = reader
         stolen.anchor, stolen.skip = anchor, placing_skip(skip, pages, size, short=short)
         stolen.left = victim.left - (stolen.skip - skip)

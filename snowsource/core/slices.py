@@ -138,31 +138,31 @@ class Backfill:
         self._page_size = page_rows
         # Known page size (the engine's boards): a split must save more than it costs.
         self._split_pages = 2 if page_rows is None else MIN_SPLIT_PAGES
-        self.ranges = initial_ranges(
-            start,
-            hi,
-            slices=slices,
-            max_ahead=max_ahead,
-            pieces=slices * ranges_per_slice,
-            expected_rows=expected_rows,
-            page_rows=page_rows,
-            first_page_seconds=first_page_seconds,
-        )
         #: Counted: the window's rows and the page size are known, so ranges are placed by
         #: their first pages (``core.slice_place``): the window starts as one range, and an
         #: idle slice splits the range with the most rows left at a whole number of its
         #: reader's pages. Otherwise ranges are cut in time.
         self.counted = expected_rows is not None and bool(page_rows)
         self._placements: Placements | None = None
-        if self.counted and self.ranges:
+        if self.counted:
             assert expected_rows is not None
             assert page_rows
-            first = SliceRange(start, self.ranges[-1].end)
-            first.cut_page_seconds = self.ranges[0].cut_page_seconds
-            first.left = expected_rows
-            self.ranges = [first]
+            self.ranges = [SliceRange(span.start, span.end) for span in split_span(start, hi, 1)]
+            for first in self.ranges:
+                first.left = expected_rows
             chunk = chunk_pages(expected_rows, page_rows, slices, max_ahead)
             self._placements = Placements(self.ranges, page_rows, chunk, slices=slices)
+        else:
+            self.ranges = initial_ranges(
+                start,
+                hi,
+                slices=slices,
+                max_ahead=max_ahead,
+                pieces=slices * ranges_per_slice,
+                expected_rows=expected_rows,
+                page_rows=page_rows,
+                first_page_seconds=first_page_seconds,
+            )
         #: Slices that read at all: no more than the ranges the count made worth their
         #: requests (an extra slice would only split them again).
         self.readers = (

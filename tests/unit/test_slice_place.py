@@ -116,36 +116,34 @@ def test_start_in_page_needs_a_second_change_after_the_witness_and_the_floor() -
     assert start_in_page([], None, ts(9)) is None
 
 
-def _reading(start: int, end: int, *, reader: int, left: int) -> SliceRange:
-    r = SliceRange(Position(ts(start), ""), ts(end))
-    r.reader, r.left = reader, left
-    return r
+def _split_last(page_rows: int, chunk: int) -> tuple[SliceRange, SliceRange, Placements]:
+    """A window read by one reader (100 rows left), split once for an idle slice: the
+    reader's range, the part handed over, and the placements over them."""
+    r = SliceRange(Position(ts(0), ""), ts(1000))
+    r.reader, r.left = 0, 100
+    placements = Placements([r], page_rows=page_rows, chunk=chunk)
+    stolen = placements.take(1)
+    assert stolen is not None
+    return r, stolen, placements
 
 
 def test_a_split_hands_over_the_rest_of_the_last_range_placed_after_its_reader() -> None:
-    r = _reading(0, 1000, reader=0, left=100)
-    ranges = [r]
-    placements = Placements(ranges, page_rows=10, chunk=3)
-    stolen = placements.take(1)
-    assert stolen is not None
-    assert stolen is ranges[1]
+    r, stolen, placements = _split_last(10, 3)
+    assert placements.ranges == [r, stolen]
     assert stolen.floating
     assert stolen.anchor == r.after
     assert stolen.skip == placing_skip(0, 3, 10, short=1)
     assert r.left == stolen.skip + WITNESS
     assert stolen.left == 100 - stolen.skip
     assert r.end == stolen.start.ts  # the guess, until the placing page arrives
-    # A range being placed is no victim, nor is its reader's: nothing else can be split.
-    assert placements.take(2) is not None  # the new last range, by grid
-    assert ranges[2].anchor == stolen.anchor  # placed on the floating range's own grid
+    # The last range may be split again while it is being placed, on its own grid.
+    assert placements.take(2) is not None
+    assert placements.ranges[2].anchor == stolen.anchor
+    assert placements.ranges[2].skip > stolen.skip
 
 
 def test_a_placing_page_sets_the_boundary_and_the_last_row_of_the_range_before() -> None:
-    r = _reading(0, 1000, reader=0, left=100)
-    ranges = [r]
-    placements = Placements(ranges, page_rows=4, chunk=2)
-    stolen = placements.take(1)
-    assert stolen is not None
+    r, stolen, placements = _split_last(4, 2)
     keys = [(ts(30), "w"), (ts(31), "a"), (ts(32), "b"), (ts(33), "c")]
     assert placements.place(stolen, keys) == 1
     assert not stolen.floating
@@ -155,11 +153,7 @@ def test_a_placing_page_sets_the_boundary_and_the_last_row_of_the_range_before()
 
 
 def test_a_placing_page_past_its_range_leaves_it_empty_to_the_range_before() -> None:
-    r = _reading(0, 1000, reader=0, left=100)
-    ranges = [r]
-    placements = Placements(ranges, page_rows=4, chunk=2)
-    stolen = placements.take(1)
-    assert stolen is not None
+    r, stolen, placements = _split_last(4, 2)
     end = stolen.end
     keys = [(ts(1000), "w"), (ts(1001), "a")]  # rows left the window: past its end
     assert placements.place(stolen, keys) == 2
