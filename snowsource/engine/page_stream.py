@@ -1,29 +1,30 @@
-"""One keyset pager over a range of a table: the pages after a position, up to a bound.
+"""Pages of one range of a table, in order: a sweep's way of reading the table's one pager.
 
 A page stream reads pages back to back, in keyset order, from ``PageRange.after`` up to
-``PageRange.hi``, and ends at the first page shorter than it asked for. It fetches the next page
-while the current one is delivered, once its owner says where that page ends
-(:meth:`PageStream.read_after`); every page holds a slot of the process's page budget from the
-moment it is asked for until the owner asks for the next one, so memory grows with the slots,
-not with the tables.
+``PageRange.hi``, and ends at the first page shorter than it asked for. Each page comes from the
+table's pager (``engine.pager``, the one a sliced backfill's slices fetch through too) with its
+slot of the page budget; the stream fetches the next page while the current one is delivered,
+once its owner says where that page ends (:meth:`PageStream.read_after`), and closes the current
+page's slot when the owner asks for the next page (or closes the stream).
 
-The stream knows nothing of records, delivery or offsets: its owner (the table) decides each
-page, delivers it and commits the contiguous acknowledged prefix. So a table may own several
-streams, one per range, and commit what all of them acknowledged in cursor order.
+The stream knows nothing of records, delivery or offsets: its owner decides each page,
+delivers it and commits the acknowledged prefix (``engine.sweep``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from snowsource.core.cursor import Position
-from snowsource.core.tableapi import Page
-from snowsource.engine.budget import PageBudget
+from snowsource.engine.pager import Pager, PageRead
 from snowsource.runtime.aio import done_before
 from snowsource.runtime.retrying import StoppedError
+
+__all__ = ["FetchedPage", "PageRange", "PageStream"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +46,6 @@ class FetchedPage:
     full: bool
 
 
-class PageReader(Protocol):
-    """Reads one table's pages, retrying as SPEC §9 says (``engine.reader.TableReader``)."""
-
-    async def page(
-        self, after: Position, hi: str, *, backfill: bool = False
-    ) -> tuple[Page, int]: ...
-
-    async def check_hidden(self, after: Position, hi: str) -> None: ...
-
-
 class PageStream:
     """Pages of one range; use as ``async with stream: async for page in stream: ...``.
 
@@ -64,11 +55,10 @@ class PageStream:
 
     def __init__(
         self,
-        reader: PageReader,
+        pager: Pager,
         span: PageRange,
         *,
         stop: asyncio.Event,
-        budget: PageBudget | None = None,
         name: str = "page-stream",
         backfill: bool = False,
     ) -> None:
@@ -76,16 +66,16 @@ class PageStream:
         pages and derived streams when requests queue."""
         self.span = span
         self.complete = False
-        self._reader = reader
+        self._pager = pager
         self._stop = stop
-        self._budget = budget
         self._name = name
         self._backfill = backfill
         self._after = span.after
         self._first = True
         self._full = False
-        self._holding = False  # the current page's budget slot, given back at the next page
-        self._fetch: asyncio.Task[tuple[Page, int]] | None = None
+        # The slot of the page its owner holds (not the page: its rows go once it is planned).
+        self._slot: contextlib.AsyncExitStack | None = None
+        self._fetch: asyncio.Task[PageRead] | None = None
 
     def read_after(self, position: Position) -> None:
         """Start fetching the page after ``position``, the current (full) page's last row."""
@@ -97,23 +87,23 @@ class PageStream:
         return self
 
     async def __anext__(self) -> FetchedPage:
-        self._give_back()
+        await self._done_with_current()
         fetch = self._fetch
         if fetch is None:
             raise StopAsyncIteration
         if not await done_before(fetch, self._stop):
             raise StoppedError("stop requested")
         self._fetch = None
-        page, limit = fetch.result()
-        self._holding = True
+        read = fetch.result()
+        self._slot = read.slot
         previous = None if self._first else self._after
         was_full, self._first = self._full, False
-        self._full = bool(page.rows) and len(page.rows) >= limit
+        self._full = read.full
         if not self._full:
             self.complete = True
-            if not page.rows and was_full:
-                await self._reader.check_hidden(self._after, self.span.hi)
-        return FetchedPage(page.rows, self._after, previous, self._full)
+            if not read.page.rows and was_full:
+                await self._pager.reader.check_hidden(self._after, self.span.hi)
+        return FetchedPage(read.page.rows, self._after, previous, self._full)
 
     async def __aenter__(self) -> Self:
         """Ask for the range's first page."""
@@ -131,33 +121,19 @@ class PageStream:
 
     async def close(self) -> None:
         """Give back the current page's slot and abandon a fetch in flight (idempotent)."""
-        self._give_back()
+        await self._done_with_current()
         fetch, self._fetch = self._fetch, None
         if fetch is not None:
             fetch.cancel()
             await asyncio.gather(fetch, return_exceptions=True)
             if not fetch.cancelled() and fetch.exception() is None:
-                self._release()  # it arrived before the cancel: nobody reads it
+                await fetch.result().slot.aclose()  # it arrived before the cancel: unread
 
-    def _start(self, after: Position) -> asyncio.Task[tuple[Page, int]]:
-        return asyncio.create_task(self._get(after), name=f"fetch:{self._name}")
+    def _start(self, after: Position) -> asyncio.Task[PageRead]:
+        job = self._pager.fetch(after, self.span.hi, backfill=self._backfill)
+        return asyncio.create_task(job, name=f"fetch:{self._name}")
 
-    async def _get(self, after: Position) -> tuple[Page, int]:
-        """A page, once the page budget has room for it; the slot goes with the page."""
-        if self._budget is None:
-            return await self._reader.page(after, self.span.hi, backfill=self._backfill)
-        await self._budget.acquire(self._name)
-        try:
-            return await self._reader.page(after, self.span.hi, backfill=self._backfill)
-        except BaseException:
-            self._budget.release()
-            raise
-
-    def _give_back(self) -> None:
-        if self._holding:
-            self._holding = False
-            self._release()
-
-    def _release(self) -> None:
-        if self._budget is not None:
-            self._budget.release()
+    async def _done_with_current(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            await slot.aclose()

@@ -38,6 +38,7 @@ from snowsource.engine.committer import OffsetWriter
 from snowsource.engine.delivery import DeliveryFactory, PageDelivery
 from snowsource.engine.failures import FailureSource, FailureTracker
 from snowsource.engine.page_step import PageStep
+from snowsource.engine.pager import Pager
 from snowsource.engine.ports import OffsetsStore, PageSource, Sink
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import TableRecorder
@@ -107,7 +108,7 @@ class Poller:
             *(spec, self._reader, self._hooks, self._recorder, stop, self._delivery, deliveries),
             now=clock.now,
             step=PageStep(spec, self._recorder, self._failures),
-            pages=pages,
+            pager=Pager(self._reader, pages, key=spec.alias),
         )
         self._recorder.state(TableState.STARTING)
 

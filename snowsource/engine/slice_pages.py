@@ -1,11 +1,12 @@
 """The pages of a sliced backfill (SPEC §14.2): what one fetch of the plan asks and returns.
 
 The coordinator (``engine.slices``) asks the plan which pages to fetch and runs each fetch here
-as a task: the page's slot of the page budget (an ``async with`` lease), the request (the §5
-keyset query from the range's reader position up to the backfill's HI), the stream's hooks, the
-rows' positions and, for an empty page, the count of rows hidden by ACLs. A page that arrives
-keeps its slot: the lease is handed over with it (``Arrival.slot``) and given back when the
-page is produced or dropped. A failure of the table (a bad row, a page of hidden rows) or a stop
+as a task: the page itself comes from the table's one pager (``engine.pager``, the same one a
+sweep's page stream reads) with its slot of the page budget, asked with the §5 keyset query from
+the range's reader position up to the backfill's HI; here are the stream's hooks, the rows'
+positions and, for an empty page, the count of rows hidden by ACLs. A page that arrives keeps
+its slot: the lease is handed over with it (``Arrival.slot``) and given back when the page is
+produced or dropped. A failure of the table (a bad row, a page of hidden rows) or a stop
 comes back as a :class:`Failed`, for the plan to hold until the prefix reaches it.
 
 The window's first page is special: it is read before the ranges exist, counted, and says where
@@ -83,27 +84,23 @@ class SlicePager:
 
     def __init__(self, tools: SweepTools, counts: SweepCounts, *, start: Position) -> None:
         self._tools = tools
+        self._pager = tools.pager
         self._spec = tools.spec
         self._counts = counts
         self._start = start
 
-    def lease(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """A page's slot of the page budget (none without a budget)."""
-        pages = self._tools.pages
-        return contextlib.nullcontext() if pages is None else pages.lease(self._spec.alias)
-
     async def fetch(self, fetch: Fetch, reading: Reading) -> Arrival | Failed:
         """One page the plan asked for, holding its slot from before the request on."""
         async with contextlib.AsyncExitStack() as slot:
-            await slot.enter_async_context(self.lease())
             try:
-                page, limit = await self._tools.reader.page(
+                read = await self._pager.fetch(
                     fetch.after, fetch.hi, backfill=True, offset=fetch.skip
                 )
-                rows, keys = await self._read(fetch, reading, page.rows, limit)
+                slot.push_async_exit(read.slot)  # given back if the page goes no further
+                rows, keys = await self._read(fetch, reading, read.page.rows, read.limit)
             except (TableFailedError, StoppedError) as exc:
                 return Failed(fetch, exc)
-            return Arrival(fetch, reading, rows, keys, limit, slot.pop_all())
+            return Arrival(fetch, reading, rows, keys, read.limit, slot.pop_all())
         raise AssertionError("unreachable")  # pragma: no cover - mypy: the block returns
 
     async def first(
@@ -116,9 +113,10 @@ class SlicePager:
         ranges then cover the whole window and each range's reader checks its own."""
         start = self._start
         async with contextlib.AsyncExitStack() as slot:
-            await slot.enter_async_context(self.lease())
             # Counted: how many rows the window holds says how many ranges are worth a request.
-            page, limit = await self._tools.reader.page(start, hi, backfill=True, count=True)
+            read = await self._pager.fetch(start, hi, backfill=True, count=True)
+            slot.push_async_exit(read.slot)
+            page, limit = read.page, read.limit
             if not page.rows:
                 return BackfillPlan(self.board(start, hi, committed), page_rows=limit), None
             ts = self._row_ts(page.rows[0], hi)

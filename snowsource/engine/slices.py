@@ -142,8 +142,7 @@ class SlicedBackfill:
         """Ask the plan for pages. Each fetch waits for its page slot in the budget's fair queue
         (in turn with the other tables), so every reader is offered one."""
         plan, tools = self._plan, self._tools
-        pages = tools.pages
-        contended = tools.reader.contended() or (pages is not None and pages.waiting > 0)
+        contended = tools.reader.contended() or tools.pager.contended
         size = tools.reader.sizer.size
         fetches = plan.next_fetches(len(self._slices), contended=contended, page_rows=size)
         if not fetches and not self._fetching and not self._produces() and contended:

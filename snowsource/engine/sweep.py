@@ -3,8 +3,9 @@
 A table's poller decides which sweep runs and when (``engine.poller``); a sweep reads. This one
 reads one page stream (``engine.page_stream``) from ``start`` up to ``HI``, fetching the next page
 while the current one is delivered; ``engine.slices`` is the other, a backfill's first sweep read
-by several range pagers. Both get the same :class:`SweepTools` from the poller and end each page
-with the same deliver-and-record step (``engine.page_step``).
+by several slices side by side. Both get the same :class:`SweepTools` from the poller, fetch
+every page through the table's one pager (``engine.pager``) and end each page with the same
+deliver-and-record step (``engine.page_step``).
 
 Each page: the decision (``core.page``), the delivery (at most one page per table
 unacknowledged), and the commit of the acknowledged prefix's last offset. A short page ends the
@@ -22,10 +23,10 @@ from datetime import datetime
 from snowsource.core.cursor import Position, next_sweep_start, parse_ts
 from snowsource.core.page import PagePlan, page_positions, plan_page
 from snowsource.core.table import TableSpec
-from snowsource.engine.budget import PageBudget
 from snowsource.engine.delivery import TableDelivery
 from snowsource.engine.page_step import PageStep, last_acked
 from snowsource.engine.page_stream import FetchedPage, PageRange, PageStream
+from snowsource.engine.pager import Pager
 from snowsource.engine.reader import TableReader
 from snowsource.engine.recorder import SweepCounts, TableRecorder
 from snowsource.engine.streams import StreamHooks
@@ -50,7 +51,7 @@ class SweepTools:
     fresh_delivery: Callable[[], TableDelivery]
     now: Callable[[], datetime]  # instance time, for the lag
     step: PageStep  # the table's deliver-and-record step
-    pages: PageBudget | None = None
+    pager: Pager  # every page of the table, one pager's or a slice's, with its budget slot
 
     def delivery(self) -> TableDelivery:
         """A delivery for one slice: a fresh one each (at least once), so slices produce side
@@ -70,8 +71,8 @@ async def paged_sweep(
     began, counts, last_read = time.monotonic(), SweepCounts(), None
     recorder.sweep_began(hi)
     stream = PageStream(
-        tools.reader, PageRange(start, hi), stop=tools.stop.event, budget=tools.pages,
-        name=spec.alias, backfill=gen.backfilling,
+        tools.pager, PageRange(start, hi), stop=tools.stop.event, name=spec.alias,
+        backfill=gen.backfilling,
     )  # fmt: skip
     async with stream:
         async for page in stream:

@@ -10,6 +10,7 @@ from snowsource.core.cursor import Position
 from snowsource.core.tableapi import Page
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.page_stream import PageRange, PageStream
+from snowsource.engine.pager import Pager
 from snowsource.runtime.retrying import StoppedError
 
 HI = "2026-01-01 00:10:00"
@@ -30,14 +31,22 @@ class Reader:
         self.hold: asyncio.Event | None = None
         self.hidden = hidden
 
-    async def page(self, after: Position, hi: str, *, backfill: bool = False) -> tuple[Page, int]:
+    async def page(
+        self,
+        after: Position,
+        hi: str,
+        *,
+        backfill: bool = False,
+        count: bool = False,
+        offset: int = 0,
+    ) -> tuple[Page, int]:
         self.asked.append(after)
         if self.hold is not None:
             await self.hold.wait()
         rows = [r for r in self.rows if (r["sys_updated_on"], r["sys_id"]) > (after.ts, after.id)]
         return Page(rows[: self.limit], 200, None, None, 0.0), self.limit
 
-    async def check_hidden(self, after: Position, hi: str) -> None:
+    async def check_hidden(self, after: Position, hi: str, *, at_least: int = 1) -> None:
         self.hidden_checks.append(after)
 
 
@@ -49,7 +58,9 @@ async def test_pages_follow_the_positions_the_owner_gives_until_a_short_page() -
     reader = Reader(total=5, limit=2)
     start = Position("2025-12-31 00:00:00", "")
     seen: list[tuple[int, Position, Position | None, bool]] = []
-    async with PageStream(reader, PageRange(start, HI), stop=asyncio.Event()) as stream:
+    async with PageStream(
+        Pager(reader, None, key="t"), PageRange(start, HI), stop=asyncio.Event()
+    ) as stream:
         async for page in stream:
             seen.append((len(page.rows), page.after, page.previous, page.full))
             if page.full:
@@ -65,7 +76,9 @@ async def test_pages_follow_the_positions_the_owner_gives_until_a_short_page() -
 async def test_an_empty_page_after_a_full_one_asks_about_hidden_rows() -> None:
     reader = Reader(total=4, limit=2)
     start = Position("2025-12-31 00:00:00", "")
-    async with PageStream(reader, PageRange(start, HI), stop=asyncio.Event()) as stream:
+    async with PageStream(
+        Pager(reader, None, key="t"), PageRange(start, HI), stop=asyncio.Event()
+    ) as stream:
         sizes = []
         async for page in stream:
             sizes.append(len(page.rows))
@@ -80,9 +93,8 @@ async def test_an_owner_that_does_not_ask_for_more_ends_the_stream_incomplete() 
     reader = Reader(total=5, limit=2)
     budget = PageBudget(2)
     start = Position("2025-12-31 00:00:00", "")
-    async with PageStream(
-        reader, PageRange(start, HI), stop=asyncio.Event(), budget=budget
-    ) as stream:
+    pager = Pager(reader, budget, key="t")
+    async with PageStream(pager, PageRange(start, HI), stop=asyncio.Event()) as stream:
         pages = [page async for page in stream]
     assert len(pages) == 1
     assert not stream.complete
@@ -98,7 +110,7 @@ async def test_stop_abandons_the_page_in_flight_and_gives_its_slot_back() -> Non
     stop = asyncio.Event()
     budget = PageBudget(2)
     start = Position("2025-12-31 00:00:00", "")
-    stream = PageStream(reader, PageRange(start, HI), stop=stop, budget=budget)
+    stream = PageStream(Pager(reader, budget, key="t"), PageRange(start, HI), stop=stop)
 
     async def first_page() -> None:
         async with stream:
@@ -111,3 +123,23 @@ async def test_stop_abandons_the_page_in_flight_and_gives_its_slot_back() -> Non
     assert not stream.complete
     for _ in range(2):
         await asyncio.wait_for(budget.acquire(), 1)
+
+
+async def test_the_page_held_and_the_page_ahead_each_hold_a_slot() -> None:
+    reader = Reader(total=6, limit=2)
+    budget = PageBudget(3)
+    start = Position("2025-12-31 00:00:00", "")
+    free_while_held: list[int] = []
+    pager = Pager(reader, budget, key="t")
+    async with PageStream(pager, PageRange(start, HI), stop=asyncio.Event()) as stream:
+        async for page in stream:
+            if page.full:
+                asked = len(reader.asked)
+                stream.read_after(_last(page.rows))
+                # The reader answers at once: once asked, the page ahead holds its slot.
+                while len(reader.asked) == asked:
+                    await asyncio.sleep(0)
+            free_while_held.append(budget.free)
+    # Each full page held with the next one fetched: one slot free; the last page alone: two.
+    assert free_while_held == [1, 1, 1, 2]
+    assert budget.free == 3
