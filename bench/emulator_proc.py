@@ -80,6 +80,15 @@ def _per_window(emu: Emulator, requests: list[Request]) -> dict[str, int]:
 _HI = re.compile(r"<=(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
+_KEYSET = re.compile(r"ORDERBY(?!sys_id\b)\w+\^ORDERBYsys_id")
+
+
+def _keyset_page(request: Request) -> bool:
+    """Whether ``request`` is a keyset page of a table (SPEC §5's query)."""
+    query = request.params.get("sysparm_query", "")
+    return "/stats/" not in request.path and _KEYSET.search(query) is not None
+
+
 def _backfill_pages(requests: list[Request], table: str) -> int:
     """The keyset page requests of ``table``'s backfill among ``requests`` (SPEC §15.3: every
     page request from the backfill's first to its last): those up to the first page's
@@ -104,11 +113,10 @@ async def _serve(emu: Emulator, report: dict[str, float]) -> None:
         table_requests = [r for r in emu.journal if r.table]
         body = {
             "requests": len(table_requests),
-            # Keyset pages (the clock probe before them carries no query; the Aggregate API's
-            # counts are not pages).
-            "pages": sum(
-                1 for r in table_requests if "sysparm_query" in r.params and "/stats/" not in r.path
-            ),
+            # Keyset pages: ordered by a timestamp, then sys_id. Not the clock probe (no query),
+            # not the Aggregate API's counts, not the dictionary reads before the first page
+            # nor a key sweep's pages (ordered by sys_id alone).
+            "pages": sum(1 for r in table_requests if _keyset_page(r)),
             "cpu": time.process_time(),
             "responses_429": sum(1 for r in table_requests if r.status == 429),
             # Requests per rate-limit window (emulator epoch // window), when a rule is set.

@@ -192,8 +192,16 @@ class Poller:
     # ------------------------------------------------------------------ 2. sweeps
 
     async def _sweeps(self, gen: TableGeneration) -> None:
-        await self._reader.ensure_clock(self._clock)
-        await self._hooks.start()
+        # Neither waits for the other (the clock's Date header, the stream's dictionary and
+        # schemas): a table's first page leaves a round trip or more sooner.
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(
+                    self._reader.ensure_clock(self._clock), name=f"clock:{self.spec.alias}"
+                )
+                group.create_task(self._hooks.start(), name=f"hooks:{self.spec.alias}")
+        except BaseExceptionGroup as failed:
+            raise first_error(failed) from None
         admission = self._admission
         if admission is None or not gen.backfilling:
             self._recorder.state(TableState.RUNNING)

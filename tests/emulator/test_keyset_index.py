@@ -42,6 +42,21 @@ OTHER_QUERIES = (
     "sys_updated_on>2026-09-29" + ORDER,  # date only: midnight, so no bound is taken from it
     "sys_id>0000000000000000000000000000000a" + ORDER,
     "sys_updated_on=2026-09-29 06:00:02^NQsys_updated_on>2026-09-29 06:00:04" + ORDER,
+    # Bounds alone (an exact range: its rows are not evaluated), and near misses.
+    "sys_updated_on>2026-09-29 06:00:02^sys_updated_on<=2026-09-29 06:00:05" + ORDER,
+    "sys_updated_on=2026-09-29 06:00:02^sys_id>=0000000000000000000000000000000a"
+    "^NQsys_updated_on>2026-09-29 06:00:02" + ORDER,
+    "sys_updated_on=2026-09-29 06:00:02^sys_id>0000000000000000000000000000000a"
+    "^NQsys_updated_on>=2026-09-29 06:00:03^sys_updated_on<=2026-09-29 06:00:03"
+    "^NQsys_updated_on>2026-09-29 06:00:03" + ORDER,
+    "sys_updated_on=2026-09-29 06:00:02^sys_id>00000000000000000000000000000004"
+    "^sys_id>0000000000000000000000000000000a^NQsys_updated_on>2026-09-29 06:00:02" + ORDER,
+    "sys_updated_on>2026-09-29 06:00:01^sys_updated_on<=2026-09-29 06:00:02"
+    "^NQsys_updated_on>=2026-09-29 06:00:04" + ORDER,
+    "sys_updated_on>2026-09-29 06:00:01^sys_updated_on<2026-09-29 06:00:04" + ORDER,
+    "sys_updated_on>2026-09-29 06:00:04^sys_updated_on<=2026-09-29 06:00:02" + ORDER,
+    "sys_updated_on>=2026-09-29 06:00:01^sys_id>0000000000000000000000000000000a" + ORDER,
+    "sys_updated_on>=2026-09-29 06:00:01^sys_updated_on!=2026-09-29 06:00:03" + ORDER,
     # A key sweep's pages: sys_id order alone, the index keyed by the id itself.
     "ORDERBYsys_id",
     "sys_id>0000000000000000000000000000000a^ORDERBYsys_id",
@@ -219,8 +234,10 @@ def test_cursor_pages_and_other_sorts_take_the_index() -> None:
     )
     keys = key_range(parsed, "sys_id")
     assert keys is not None
-    assert keys.low == (_ts(2), _sid(4))
+    # sys_id > S: no key lies between (T, S) and (T, S + "\0"), and (T, S) is not selected.
+    assert keys.low == (_ts(2), _sid(4) + "\0")
     assert keys.high_ts == _ts(5)
+    assert not keys.exact  # the table's own filter: each row is evaluated
     other = parse_encoded_query(
         "priority=1^ORDERBYsys_id^ORDERBYsys_updated_on",
         field_type=emu.field_type("incident"),
@@ -231,12 +248,34 @@ def test_cursor_pages_and_other_sorts_take_the_index() -> None:
         "priority=1^ORDERBYsys_id", field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
     )
     assert key_range(sweep, "sys_id") == KeyRange("sys_id", None, None)
+    everything = parse_encoded_query(
+        "ORDERBYsys_id", field_type=emu.field_type("incident"), user_tz=ZoneInfo("UTC")
+    )
+    assert key_range(everything, "sys_id") == KeyRange("sys_id", None, None, exact=True)
     descending = parse_encoded_query(
         "ORDERBYsys_updated_on^ORDERBYDESCsys_id",
         field_type=emu.field_type("incident"),
         user_tz=ZoneInfo("UTC"),
     )
     assert key_range(descending, "sys_id") is None
+
+
+def test_a_keyset_page_of_bounds_alone_is_an_exact_range() -> None:
+    """The daemon's page of a table without a filter: bounds only, contiguous across its two
+    ^NQ groups (the rest of second T after id S, then every later second up to HI)."""
+    emu = _world()
+    types = emu.field_type("incident")
+    for after in (Position(_ts(2), _sid(4)), Position(_ts(2), "")):
+        page = page_query("", "sys_updated_on", "sys_id", after, _ts(5))
+        keys = key_range(
+            parse_encoded_query(page, field_type=types, user_tz=ZoneInfo("UTC")), "sys_id"
+        )
+        assert keys is not None
+        assert keys.exact, page
+    gap = "sys_updated_on=2026-09-29 06:00:02^NQsys_updated_on>2026-09-29 06:00:04" + ORDER
+    keys = key_range(parse_encoded_query(gap, field_type=types, user_tz=ZoneInfo("UTC")), "sys_id")
+    assert keys is not None
+    assert not keys.exact
 
 
 def test_many_writes_after_the_index_exists_are_merged() -> None:

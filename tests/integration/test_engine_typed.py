@@ -175,3 +175,20 @@ async def test_a_new_column_is_typed_after_the_dictionary_is_read_again(env: Env
     assert records[new["sys_id"].encode()]["u_score"] == 42
     assert records[new["sys_id"].encode()]["u_count"] == 9
     assert {type(v["u_count"]) for v in records.values()} == {int}
+
+
+async def test_the_clock_probe_and_the_dictionary_read_leave_together(env: Env) -> None:
+    """Neither waits for the other: a table's first page leaves a round trip sooner. With a
+    second added to every request, one after the other would put a second between them."""
+    env.emu.seed(tables=("incident",), rows=3)
+    env.emu.latency_ms = 1000
+    settings = env.settings({"incident": {"name": "incident"}}, **{"value.format": "typed"})
+    async with running(settings) as daemon:
+        await poll_until(caught_up(daemon, "incident"))
+    journal = env.emu.journal
+    probe = next(r for r in journal if r.table == "incident" and "sysparm_query" not in r.params)
+    schema = next(r for r in journal if r.table == "sys_db_object")
+    first_page = next(r for r in journal if r.table == "incident" and "sysparm_query" in r.params)
+    assert abs(schema.wall - probe.wall) < 0.5
+    # The first page still waits for both: HI comes from the probe's Date header.
+    assert first_page.wall - probe.wall >= 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +13,7 @@ from snowsource.engine.budget import PageBudget
 from snowsource.engine.page_stream import PageRange, PageStream
 from snowsource.engine.pager import Pager
 from snowsource.runtime.retrying import StoppedError
+from tests.polling import poll_until
 
 HI = "2026-01-01 00:10:00"
 
@@ -48,6 +50,10 @@ class Reader:
 
     async def check_hidden(self, after: Position, hi: str, *, at_least: int = 1) -> None:
         self.hidden_checks.append(after)
+
+
+def _asked_more(reader: Reader, than: int) -> Callable[[], bool]:
+    return lambda: len(reader.asked) > than
 
 
 def _last(rows: list[dict[str, str]]) -> Position:
@@ -137,8 +143,7 @@ async def test_the_page_held_and_the_page_ahead_each_hold_a_slot() -> None:
                 asked = len(reader.asked)
                 stream.read_after(_last(page.rows))
                 # The reader answers at once: once asked, the page ahead holds its slot.
-                while len(reader.asked) == asked:
-                    await asyncio.sleep(0)
+                await poll_until(_asked_more(reader, asked), interval=0.001)
             free_while_held.append(budget.free)
     # Each full page held with the next one fetched: one slot free; the last page alone: two.
     assert free_while_held == [1, 1, 1, 2]

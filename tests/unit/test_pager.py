@@ -12,6 +12,7 @@ from snowsource.core.errors import TableFailedError
 from snowsource.core.tableapi import Page
 from snowsource.engine.budget import PageBudget
 from snowsource.engine.pager import Pager
+from tests.polling import poll_until
 
 HI = "2026-01-01 00:10:00"
 START = Position("2025-12-31 00:00:00", "")
@@ -52,7 +53,8 @@ async def test_a_page_holds_its_slot_until_its_owner_closes_the_lease() -> None:
     first = await pager.fetch(START, HI)
     second = await pager.fetch(START, HI, count=True, offset=3)
     assert budget.free == 0
-    assert first.full and second.page.total_count == 7
+    assert first.full
+    assert second.page.total_count == 7
     await first.slot.aclose()
     assert budget.free == 1
     await first.slot.aclose()  # idempotent
@@ -88,13 +90,13 @@ async def test_a_cancelled_fetch_gives_its_slot_back_in_flight_or_queued() -> No
     reader.hold = asyncio.Event()
     in_flight = asyncio.create_task(pager.fetch(START, HI))
     queued = asyncio.create_task(pager.fetch(START, HI))
-    while not (len(reader.asked) == 2 and budget.waiting == 1):
-        await asyncio.sleep(0)
+    await poll_until(lambda: len(reader.asked) == 2 and budget.waiting == 1, interval=0.001)
     assert pager.contended
     for task in (in_flight, queued):
         task.cancel()
     await asyncio.gather(in_flight, queued, return_exceptions=True)
-    assert budget.free == 1 and budget.waiting == 0
+    assert budget.free == 1
+    assert budget.waiting == 0
     await held[0].slot.aclose()
     assert budget.free == 2
     assert not pager.contended
