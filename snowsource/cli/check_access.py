@@ -20,7 +20,7 @@ from snowsource.cli.check_governance import (
 )
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import ValueFormat
-from snowsource.config.models import TableConfig
+from snowsource.config.snow import TableConfig
 from snowsource.core.deletes import ACCESS_HINT, AUDIT_TABLE, audit_query
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.table import TableSpec

@@ -18,7 +18,7 @@ from typing import Final
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_access import probe_stream
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.models import TableConfig
+from snowsource.config.snow import TableConfig
 from snowsource.core.dictionary import raw
 from snowsource.core.errors import ServiceNowError
 from snowsource.core.journal import JOURNAL_TABLE

@@ -12,7 +12,7 @@ from __future__ import annotations
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import SensitiveFields, ValueFormat
-from snowsource.config.models import TableConfig
+from snowsource.config.snow import TableConfig
 from snowsource.core.errors import RetriableError, ServiceNowError, TableFailedError
 from snowsource.core.governance import SENSITIVE_TYPES
 from snowsource.engine.dictionary_reader import read_columns

@@ -12,7 +12,8 @@ from __future__ import annotations
 from snowsource.adapters.schema_registry import RegistryClient
 from snowsource.adapters.servicenow import ServiceNowClient
 from snowsource.cli.check_report import CheckResult, Status
-from snowsource.config.models import Settings, TableConfig
+from snowsource.config.models import Settings
+from snowsource.config.snow import TableConfig
 from snowsource.core.errors import RegistryError, SchemaNotFoundError, ServiceNowError
 from snowsource.core.value_schema import (
     ValueFormat,

@@ -24,7 +24,8 @@ from snowsource.cli.check_completeness import completeness_checks, skipped_compl
 from snowsource.cli.check_discovery import discovery_checks
 from snowsource.cli.check_report import CheckResult, Status
 from snowsource.config.fields import AuthType, OAuthGrantType
-from snowsource.config.models import Settings, TableConfig
+from snowsource.config.models import Settings
+from snowsource.config.snow import TableConfig
 from snowsource.core.errors import (
     AuthError,
     ConfigError,

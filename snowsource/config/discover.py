@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from snowsource.config.fields import PROBLEMS_ERROR, PositiveInt, problems_error
+from snowsource.config.section import Section
 from snowsource.core.db_views import ViewCursor
 from snowsource.core.discovery import DiscoverRules
 
@@ -32,19 +33,8 @@ def _names(value: Any) -> Any:
 Globs = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_names)]
 
 
-class DiscoverConfig(BaseModel):
+class DiscoverConfig(Section):
     """``snow.discover``: include/exclude globs, ``extends``, views, interval, template."""
-
-    # As config.models.Section (imported there, so spelled out here).
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=lambda name: name.replace("_", "."),
-        validate_by_alias=True,
-        validate_by_name=False,
-        serialize_by_alias=True,
-        hide_input_in_errors=True,
-    )
 
     include: Globs = Field(default_factory=lambda: ["*"])
     exclude: Globs = Field(default_factory=list)

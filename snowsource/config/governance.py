@@ -1,4 +1,4 @@
-"""The rules of field governance's keys (SPEC §15.2), outside ``models.py``.
+"""The rules of field governance's keys (SPEC §15.2), outside ``snow.py``.
 
 Per table (or as top-level defaults): ``fields.exclude``, ``fields.hash``, ``fields.mask`` and
 ``sensitive.fields``; at the top level the secret ``governance.hash.key`` that every
@@ -17,7 +17,7 @@ HASH_KEY = "governance.hash.key"
 
 
 class GovernedTable(Protocol):
-    """The keys of a table's configuration (``config.models.TableConfig``) governance reads."""
+    """The keys of a table's configuration (``config.snow.TableConfig``) governance reads."""
 
     @property
     def timestamp_field(self) -> str: ...

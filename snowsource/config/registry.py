@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from snowsource.config.fields import (
     OptionalPath,
@@ -24,10 +24,7 @@ from snowsource.config.fields import (
     problems_error,
     required,
 )
-
-
-def _yaml_key(field_name: str) -> str:
-    return field_name.replace("_", ".")
+from snowsource.config.section import Section
 
 
 class RegistryAuthType(StrEnum):
@@ -47,18 +44,8 @@ class SubjectNameStrategy(StrEnum):
     TOPIC_RECORD = "topic_record"
 
 
-class SchemaRegistryConfig(BaseModel):
+class SchemaRegistryConfig(Section):
     """``schema.registry``: where schemas are registered and how to authenticate."""
-
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=_yaml_key,
-        validate_by_alias=True,
-        validate_by_name=False,
-        serialize_by_alias=True,
-        hide_input_in_errors=True,
-    )
 
     # The Confluent-compatible API's base URL (Apicurio: http://host:port/apis/ccompat/v7).
     url: OptionalUrl = None

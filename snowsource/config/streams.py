@@ -1,5 +1,5 @@
 """The rules between a table's keys: which derived streams it may have (``deletes``,
-``journal``), typed values, parallel backfill slices. In one place, outside ``models.py``."""
+``journal``), typed values, parallel backfill slices. In one place, outside ``snow.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from snowsource.config.fields import Deletes, ValueFormat, ValueSchema
 
 
 class TableKeys(Protocol):
-    """The keys of a table's configuration (``config.models.TableConfig``) the rules read."""
+    """The keys of a table's configuration (``config.snow.TableConfig``) the rules read."""
 
     @property
     def id_field(self) -> str: ...

@@ -8,7 +8,8 @@ from typing import Any
 
 from snowsource.config.fields import TasksAssignment
 from snowsource.config.governance import table_governance
-from snowsource.config.models import Settings, TableConfig
+from snowsource.config.models import Settings
+from snowsource.config.snow import TableConfig
 from snowsource.core.assignment import assign
 from snowsource.core.deletes import delete_stream_spec
 from snowsource.core.journal import journal_stream_spec

@@ -32,7 +32,8 @@ from snowsource.adapters.topic_lookup import TopicLookup
 from snowsource.adapters.topic_tail import TopicTail
 from snowsource.adapters.txn_producer import TransactionalProducer
 from snowsource.config.fields import AuthType
-from snowsource.config.models import Backoff, Settings
+from snowsource.config.kafka import Backoff
+from snowsource.config.models import Settings
 from snowsource.config.redaction import redacted_dict
 from snowsource.config.registry import RegistryAuthType
 from snowsource.core.clock import InstanceClock
