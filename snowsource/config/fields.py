@@ -1,7 +1,8 @@
 """The value types of the configuration: enumerations, constrained scalars and their checks.
 
 Every check here looks at one value only; rules that relate two keys live on the models
-(``models.py``, ``snow.py``, ``kafka.py``). A check raises ``ValueError`` with the text the user sees after the key path.
+(``models.py``, ``snow.py``, ``kafka.py``). A check raises ``ValueError`` with the text the
+user sees after the key path.
 """
 
 from __future__ import annotations
